@@ -1,0 +1,1 @@
+"""Barriers and the job protocol: issuing epochs, reports, fencing, recovery."""

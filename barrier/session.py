@@ -1,0 +1,82 @@
+"""A job's session with the coordinator: the job protocol of DESIGN §4, one call per step."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from lockstep.barrier.model import Barrier, JobInstance, RecoveryPlan, TableVersion
+from lockstep.errors import LockstepError
+from lockstep.meta_tables.store import MetadataStore
+
+
+class BarrierWaitTimeout(LockstepError):
+    """No barrier became available to the job in time."""
+
+
+class JobSession:
+    """One attached instance of a job; a newer ``attach`` of the same job fences this one.
+
+    >>> import lockstep
+    >>> ls = lockstep.connect("sqlite://")
+    >>> _ = ls.register_job("load", sinks=["shopping"])
+    >>> job = ls.attach("load")
+    >>> b = ls.issue_barrier()
+    >>> job.next_barrier().barrier_id
+    1
+    >>> [v.state.value for v in job.report_processed(1, {"shopping": 11})]
+    ['PROCESSED']
+    >>> [v.state.value for v in job.report_written(1)]
+    ['WRITTEN']
+    """
+
+    def __init__(self, store: MetadataStore, instance: JobInstance) -> None:
+        self._store = store
+        self.instance = instance
+
+    @property
+    def job_id(self) -> str:
+        return self.instance.job_id
+
+    @property
+    def token(self) -> int:
+        """This instance's fencing token."""
+        return self.instance.token
+
+    def next_barrier(self) -> Barrier | None:
+        """The barrier to work on now, or None if none is available yet."""
+        return self._store.next_barrier(self.job_id, self.token)
+
+    def wait_for_barrier(self, *, timeout_s: float | None = None, poll_s: float = 0.2) -> Barrier:
+        """Poll :meth:`next_barrier` until a barrier is available (or ``timeout_s`` passes)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            barrier = self.next_barrier()
+            if barrier is not None:
+                return barrier
+            if deadline is not None and time.monotonic() >= deadline:
+                raise BarrierWaitTimeout(
+                    f"job {self.job_id!r}: no barrier available after {timeout_s}s; is the "
+                    "coordinator issuing barriers, and have the sources written them?"
+                )
+            time.sleep(poll_s)
+
+    def report_processed(
+        self, barrier_id: int, snapshots: Mapping[str, int | None]
+    ) -> list[TableVersion]:
+        """Pre-commit: every sink's staged snapshot for ``barrier_id`` (persisted on return)."""
+        return self._store.report_processed(self.job_id, self.token, barrier_id, snapshots)
+
+    def report_written(
+        self, barrier_id: int, snapshots: Mapping[str, int | None] | None = None
+    ) -> list[TableVersion]:
+        """Commit: the staged snapshots are published on main (``snapshots`` if they changed)."""
+        return self._store.report_written(self.job_id, self.token, barrier_id, snapshots)
+
+    def report_aborted(self, barrier_id: int) -> None:
+        """Roll back a PROCESSED barrier (its staged snapshots will not be published)."""
+        self._store.report_aborted(self.job_id, self.token, barrier_id)
+
+    def recover(self) -> RecoveryPlan:
+        """What to publish and what to abort before going on (after a restart)."""
+        return self._store.recovery_plan(self.job_id, self.token)

@@ -1,0 +1,199 @@
+"""The one error hierarchy of Lockstep.
+
+Every error a user can meet derives from :class:`LockstepError`. Subclasses are named by
+meaning and carry the offending names as attributes, so callers (the CLI, the service, a
+job runtime) can react without parsing messages. HTTP status codes are mapped elsewhere,
+in one place of the service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+
+def _names(items: Iterable[object]) -> str:
+    return ", ".join(repr(str(i)) for i in items)
+
+
+class LockstepError(Exception):
+    """Base class of every error raised by Lockstep."""
+
+
+# --- configuration and store -------------------------------------------------------------
+
+
+class ConfigurationError(LockstepError):
+    """The configuration (home, store URL, settings) is unusable."""
+
+
+class StoreError(LockstepError):
+    """The metadata store could not complete an operation."""
+
+
+class StoreVersionError(StoreError):
+    """The metadata store's schema is newer than this release understands."""
+
+    def __init__(self, found: int, supported: int) -> None:
+        super().__init__(
+            f"the metadata store has schema version {found}, but this release of Lockstep "
+            f"supports up to {supported}; upgrade Lockstep to open it"
+        )
+        self.found = found
+        self.supported = supported
+
+
+# --- topology ----------------------------------------------------------------------------
+
+
+class TopologyError(LockstepError):
+    """A job registration would break the topology's rules."""
+
+
+class InvalidNameError(TopologyError):
+    """A job or table name is malformed."""
+
+    def __init__(self, kind: str, name: str, rule: str) -> None:
+        super().__init__(f"invalid {kind} name {name!r}: {rule}")
+        self.kind = kind
+        self.name = name
+
+
+class CycleError(TopologyError):
+    """Registering a job would make the topology cyclic."""
+
+    def __init__(self, job_id: str, cycle: Sequence[str]) -> None:
+        path = " -> ".join(cycle)
+        super().__init__(
+            f"registering job {job_id!r} would create a cycle: {path}; "
+            "a table may not (transitively) feed the job that writes it"
+        )
+        self.job_id = job_id
+        self.cycle = tuple(cycle)
+
+
+class ConcurrentWriterError(TopologyError):
+    """A table already has a writer: each table is written by exactly one job."""
+
+    def __init__(self, table: str, writer: str, job_id: str) -> None:
+        super().__init__(
+            f"table {table!r} is already written by job {writer!r}; job {job_id!r} cannot "
+            "write it too (one writer per table). Write a new table, or unregister "
+            f"{writer!r} first"
+        )
+        self.table = table
+        self.writer = writer
+        self.job_id = job_id
+
+
+class JobExistsError(TopologyError):
+    """A job is registered already, with a different definition."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(
+            f"job {job_id!r} is already registered with different sources or sinks; "
+            "unregister it first to change its definition"
+        )
+        self.job_id = job_id
+
+
+class DependentJobsError(TopologyError):
+    """A job cannot be unregistered while other jobs read the tables it writes."""
+
+    def __init__(self, job_id: str, dependents: Sequence[str]) -> None:
+        super().__init__(
+            f"job {job_id!r} cannot be unregistered: its tables are read by "
+            f"{_names(dependents)}; unregister those jobs first"
+        )
+        self.job_id = job_id
+        self.dependents = tuple(dependents)
+
+
+class UnknownJobError(LockstepError):
+    """No job is registered under this id."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"unknown job {job_id!r}; register it first (lockstep job register)")
+        self.job_id = job_id
+
+
+class UnknownTableError(LockstepError):
+    """One or more tables are not managed by Lockstep."""
+
+    def __init__(self, tables: Sequence[str], hint: str = "") -> None:
+        noun = "table" if len(tables) == 1 else "tables"
+        super().__init__(
+            f"unknown {noun} {_names(tables)}"
+            + (f"; {hint}" if hint else "; a table is known once a registered job writes it")
+        )
+        self.tables = tuple(tables)
+
+
+# --- barriers and the job protocol -------------------------------------------------------
+
+
+class ProtocolError(LockstepError):
+    """A job's report does not fit the protocol; nothing was changed."""
+
+    def __init__(self, job_id: str, barrier_id: int | None, reason: str) -> None:
+        where = f"job {job_id!r}" + (f" at barrier {barrier_id}" if barrier_id is not None else "")
+        super().__init__(f"{where}: {reason}")
+        self.job_id = job_id
+        self.barrier_id = barrier_id
+        self.reason = reason
+
+
+class FencedError(ProtocolError):
+    """A newer instance of the job has attached; this (stale) instance may not report."""
+
+    def __init__(self, job_id: str, token: int, current: int) -> None:
+        super().__init__(
+            job_id,
+            None,
+            f"this job instance (fencing token {token}) was fenced by a newer instance "
+            f"(token {current}); stop this instance, the newer one owns the job",
+        )
+        self.token = token
+        self.current = current
+
+
+class UnknownBarrierError(LockstepError):
+    """No barrier with this id has been issued."""
+
+    def __init__(self, barrier_id: int) -> None:
+        super().__init__(f"barrier {barrier_id} has not been issued")
+        self.barrier_id = barrier_id
+
+
+# --- readers -----------------------------------------------------------------------------
+
+
+class NoConsistentBarrierError(LockstepError):
+    """No single barrier is available in every requested table at the requested level."""
+
+    def __init__(self, level: str, tables: Sequence[str], lagging: Sequence[str], detail: str) -> None:
+        super().__init__(
+            f"no barrier is {level} in all of {_names(tables)}: {detail}; lagging: "
+            f"{_names(lagging)}. Wait for the lagging tables' jobs, or read fewer tables"
+        )
+        self.level = level
+        self.tables = tuple(tables)
+        self.lagging = tuple(lagging)
+
+
+class LeaseError(LockstepError):
+    """A read lease is unknown, released or expired."""
+
+    def __init__(self, lease_id: str, reason: str) -> None:
+        super().__init__(f"lease {lease_id!r}: {reason}")
+        self.lease_id = lease_id
+
+
+# --- meta tables in SQL -------------------------------------------------------------------
+
+
+class MetaQueryError(LockstepError):
+    """A meta-table SQL query is malformed or failed."""
+
+
+class ReadOnlyQueryError(MetaQueryError):
+    """A meta-table SQL query tried to change something or to reach outside the store."""

@@ -1,0 +1,153 @@
+"""The public facade: one object for everything a job, a reader or an operator asks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Literal
+
+import pyarrow as pa
+
+from lockstep.barrier.model import Barrier
+from lockstep.barrier.session import JobSession
+from lockstep.config import LockstepConfig
+from lockstep.errors import LockstepError
+from lockstep.meta_tables.query import run_meta_query
+from lockstep.meta_tables.schema import to_micros
+from lockstep.meta_tables.store import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
+from lockstep.readers.model import ConsistencyLevel, SnapshotSet
+from lockstep.readers.session import ReadSession
+from lockstep.topology.graph import LineageEntry, Topology
+from lockstep.topology.model import JobSpec
+
+Level = ConsistencyLevel | Literal["read_uncommitted", "read_committed", "repeatable_read"]
+
+
+def _table_list(tables: str | Iterable[str]) -> list[str]:
+    return [tables] if isinstance(tables, str) else list(tables)
+
+
+class Lockstep:
+    """A connection to a coordinator (embedded over a SQL store).
+
+    >>> ls = connect("sqlite://")
+    >>> _ = ls.register_job("load", sinks=["shopping"])
+    >>> ls.sql("SELECT table_name, table_type FROM __META_TABLE_VERSION").to_pylist()
+    [{'table_name': 'shopping', 'table_type': 'ROOT'}]
+    """
+
+    def __init__(self, store: MetadataStore, config: LockstepConfig) -> None:
+        self.store = store
+        self.config = config
+
+    # -- topology --------------------------------------------------------------------------
+
+    def register_job(
+        self,
+        job_id: str,
+        *,
+        sources: Iterable[str] = (),
+        sinks: Iterable[str],
+        external_sources: Iterable[str] = (),
+    ) -> JobSpec:
+        """Register a job that reads ``sources`` (managed tables) and writes ``sinks``."""
+        spec = JobSpec(
+            job_id,
+            sources=tuple(_table_list(sources)),
+            sinks=tuple(_table_list(sinks)),
+            external_sources=tuple(_table_list(external_sources)),
+        )
+        return self.store.register_job(spec)
+
+    def unregister_job(self, job_id: str, *, force: bool = False) -> None:
+        """Remove a job (its tables and their history stay)."""
+        self.store.unregister_job(job_id, force=force)
+
+    def topology(self) -> Topology:
+        return self.store.topology()
+
+    def tables(self) -> list[TableStatus]:
+        return self.store.table_status()
+
+    def lineage(
+        self, table: str, direction: Literal["upstream", "downstream"] = "upstream"
+    ) -> list[LineageEntry]:
+        """Tables that feed ``table`` (upstream) or that it feeds (downstream), nearest first."""
+        topo = self.topology()
+        if direction == "upstream":
+            return topo.upstream(table)
+        if direction == "downstream":
+            return topo.downstream(table)
+        raise LockstepError(f"direction must be 'upstream' or 'downstream', got {direction!r}")
+
+    # -- barriers and jobs -----------------------------------------------------------------
+
+    def issue_barrier(self) -> Barrier:
+        """Issue the next global barrier."""
+        return self.store.issue_barrier()
+
+    def barriers(self, *, limit: int | None = None) -> list[Barrier]:
+        return self.store.list_barriers(limit=limit)
+
+    def attach(self, job_id: str) -> JobSession:
+        """Start an instance of ``job_id``; any older instance is fenced from now on."""
+        return JobSession(self.store, self.store.attach(job_id))
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def resolve(self, tables: str | Sequence[str], level: Level = "repeatable_read") -> SnapshotSet:
+        """One consistent snapshot per table (no lease; see :meth:`read`)."""
+        return self.store.resolve(_table_list(tables), ConsistencyLevel.parse(level))
+
+    def read(
+        self,
+        tables: str | Sequence[str],
+        level: Level = "repeatable_read",
+        *,
+        ttl_s: float = DEFAULT_LEASE_TTL_S,
+        holder: str = "",
+    ) -> ReadSession:
+        """A consistent snapshot set held under a lease until the session closes."""
+        lease = self.store.acquire_lease(
+            _table_list(tables),
+            ConsistencyLevel.parse(level),
+            ttl_s=ttl_s,
+            holder=holder or f"pid:{os.getpid()}",
+        )
+        return ReadSession(self.store, lease)
+
+    def sql(self, query: str, *, max_rows: int | None = None) -> pa.Table:
+        """Run a read-only SQL query over the ``__META_*`` views; returns Arrow."""
+        return run_meta_query(
+            query, self.store.export_tables, now_us=to_micros(self.store.now()), max_rows=max_rows
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Lockstep:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def connect(target: str | os.PathLike[str] | None = None) -> Lockstep:
+    """Connect to a coordinator.
+
+    ``target``: None (``$LOCKSTEP_HOME`` or ``./.lockstep``), a home directory (metadata
+    file + Iceberg warehouse), or a store URL (``sqlite:///…``, ``postgresql://…``).
+    """
+    from lockstep.meta_tables.sql_store import SqlMetadataStore
+
+    config = LockstepConfig.from_target(target)
+    config.prepare()
+    return Lockstep(SqlMetadataStore.open(config.store_url), config)

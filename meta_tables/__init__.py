@@ -1,0 +1,1 @@
+"""The metadata store: SQLAlchemy schema, store interface and SQL meta views."""

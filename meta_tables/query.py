@@ -1,0 +1,92 @@
+"""Run a user's read-only SQL over the meta views, in an isolated in-memory DuckDB.
+
+The query gets a fresh DuckDB with only the base tables it needs (as Arrow), the views,
+external access (files, network, extensions) disabled and the configuration locked. Only a
+single SELECT (or EXPLAIN) is accepted: the meta tables are read-only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection
+
+import duckdb
+import pyarrow as pa
+
+from lockstep.errors import MetaQueryError, ReadOnlyQueryError
+from lockstep.meta_tables.views import VIEWS, base_tables_for
+
+Exporter = Callable[[Collection[str]], dict[str, pa.Table]]
+
+_ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+_META_NAME = re.compile(r"__META_[A-Z_]+", re.IGNORECASE)
+DUCKDB_CONFIG = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "threads": 1,
+}
+
+
+def check_read_only(query: str) -> None:
+    """Accept exactly one SELECT/EXPLAIN statement; raise a clear error otherwise."""
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as e:
+        raise MetaQueryError(f"malformed SQL: {e}") from e
+    if len(statements) != 1:
+        raise MetaQueryError(f"give exactly one SQL statement, got {len(statements)}")
+    kind = statements[0].type
+    if kind not in _ALLOWED:
+        raise ReadOnlyQueryError(
+            f"only SELECT queries are allowed on the meta tables, got a {kind.name} statement; "
+            "the meta tables are read-only"
+        )
+
+
+def referenced_views(query: str) -> set[str]:
+    names = {m.group(0).upper() for m in _META_NAME.finditer(query)}
+    known = {v.name for v in VIEWS}
+    return names & known
+
+
+def run_meta_query(
+    query: str, export: Exporter, *, now_us: int, max_rows: int | None = None
+) -> pa.Table:
+    """Run ``query`` over the meta views and return its result as Arrow."""
+    check_read_only(query)
+    base = export(sorted(base_tables_for(referenced_views(query))))
+    con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
+    try:
+        for name, table in base.items():
+            con.register(name, table)
+        con.execute(f"CREATE MACRO lockstep_now_us() AS {int(now_us)}::BIGINT")
+        for view in VIEWS:
+            if base_tables_for({view.name}) <= set(base):
+                con.execute(f"CREATE VIEW {view.name} AS {view.sql}")
+        con.execute("SET lock_configuration = true")
+        try:
+            return _fetch(con.execute(query), max_rows)
+        except duckdb.PermissionException as e:
+            raise ReadOnlyQueryError(
+                f"the query tried to reach outside the meta tables (files, network or "
+                f"extensions are disabled): {e}"
+            ) from e
+        except duckdb.Error as e:
+            raise MetaQueryError(f"query failed: {e}") from e
+    finally:
+        con.close()
+
+
+def _fetch(result: duckdb.DuckDBPyConnection, max_rows: int | None) -> pa.Table:
+    reader = result.to_arrow_reader(1024)
+    batches, count = [], 0
+    for batch in reader:
+        batches.append(batch)
+        count += batch.num_rows
+        if max_rows is not None and count > max_rows:
+            raise MetaQueryError(
+                f"the query returned more than {max_rows} rows; add a LIMIT or aggregate"
+            )
+    return pa.Table.from_batches(batches, schema=reader.schema)

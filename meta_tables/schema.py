@@ -1,0 +1,160 @@
+"""SQLAlchemy schema of the metadata store (schema version: ``migrations.CURRENT_VERSION``).
+
+Times are stored as integer microseconds since the Unix epoch (UTC): exact, portable across
+SQLite and PostgreSQL, cheap to index, and trivial to turn into timestamps in the SQL views.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text, TypeDecorator
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def to_micros(value: datetime) -> int:
+    if value.tzinfo is None:
+        raise ValueError("naive datetime; Lockstep stores UTC times only")
+    delta = value - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_micros(value: int) -> datetime:
+    seconds, micros = divmod(value, 1_000_000)
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(microsecond=micros)
+
+
+class UtcMicros(TypeDecorator[datetime]):
+    """A timezone-aware datetime stored as UTC microseconds (BIGINT)."""
+
+    impl = BigInteger
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> int | None:
+        return None if value is None else to_micros(value)
+
+    def process_result_value(self, value: int | None, dialect: Any) -> datetime | None:
+        return None if value is None else from_micros(value)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SchemaVersionRow(Base):
+    __tablename__ = "ls_schema_version"
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    applied_at: Mapped[datetime] = mapped_column(UtcMicros)
+
+
+class JobRow(Base):
+    __tablename__ = "ls_job"
+    job_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    external_sources: Mapped[str] = mapped_column(Text, default="[]")  # JSON list
+    start_after: Mapped[int] = mapped_column(BigInteger, default=0)  # barriers <= predate it
+    current_token: Mapped[int] = mapped_column(BigInteger, default=0)
+    registered_at: Mapped[datetime] = mapped_column(UtcMicros)
+
+
+class TableRow(Base):
+    __tablename__ = "ls_table"
+    table_name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UtcMicros)
+
+
+class JobSourceRow(Base):
+    __tablename__ = "ls_job_source"
+    job_id: Mapped[str] = mapped_column(
+        ForeignKey("ls_job.job_id", ondelete="CASCADE"), primary_key=True
+    )
+    table_name: Mapped[str] = mapped_column(ForeignKey("ls_table.table_name"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class JobSinkRow(Base):
+    __tablename__ = "ls_job_sink"
+    # table_name is the primary key: the database itself enforces one writer per table,
+    # even with several coordinator replicas registering at once.
+    table_name: Mapped[str] = mapped_column(ForeignKey("ls_table.table_name"), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("ls_job.job_id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class BarrierRow(Base):
+    __tablename__ = "ls_barrier"
+    barrier_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    ts: Mapped[datetime] = mapped_column(UtcMicros)
+
+
+class TableVersionRow(Base):
+    __tablename__ = "ls_table_version"
+    table_name: Mapped[str] = mapped_column(ForeignKey("ls_table.table_name"), primary_key=True)
+    barrier_id: Mapped[int] = mapped_column(ForeignKey("ls_barrier.barrier_id"), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(200))
+    snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    processed_at: Mapped[datetime | None] = mapped_column(UtcMicros, nullable=True)
+    written_at: Mapped[datetime | None] = mapped_column(UtcMicros, nullable=True)
+
+    __table_args__ = (
+        # Newest WRITTEN version of a table: an index-only max() lookup.
+        Index("ix_ls_table_version_state", "table_name", "state", "barrier_id"),
+        Index("ix_ls_table_version_barrier", "barrier_id"),
+    )
+
+
+class JobBarrierRow(Base):
+    __tablename__ = "ls_job_barrier"
+    job_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    barrier_id: Mapped[int] = mapped_column(ForeignKey("ls_barrier.barrier_id"), primary_key=True)
+    token: Mapped[int] = mapped_column(BigInteger)
+    started_at: Mapped[datetime | None] = mapped_column(UtcMicros, nullable=True)
+    processed_at: Mapped[datetime | None] = mapped_column(UtcMicros, nullable=True)
+    written_at: Mapped[datetime | None] = mapped_column(UtcMicros, nullable=True)
+
+    __table_args__ = (Index("ix_ls_job_barrier_written", "job_id", "written_at", "barrier_id"),)
+
+
+class PendingCommitRow(Base):
+    __tablename__ = "ls_pending_commit"
+    commit_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(200))
+    barrier_id: Mapped[int] = mapped_column(BigInteger)
+    table_name: Mapped[str] = mapped_column(String(200))
+    snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    token: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UtcMicros)
+    updated_at: Mapped[datetime] = mapped_column(UtcMicros)
+
+    __table_args__ = (Index("ix_ls_pending_commit_job", "job_id", "state", "barrier_id"),)
+
+
+class JobInstanceRow(Base):
+    __tablename__ = "ls_job_instance"
+    job_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    token: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    attached_at: Mapped[datetime] = mapped_column(UtcMicros)
+
+
+class LeaseRow(Base):
+    __tablename__ = "ls_lease"
+    lease_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    level: Mapped[str] = mapped_column(String(32))
+    barrier_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    holder: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(UtcMicros)
+    expires_at: Mapped[datetime] = mapped_column(UtcMicros, index=True)
+
+
+class LeaseSnapshotRow(Base):
+    __tablename__ = "ls_lease_snapshot"
+    lease_id: Mapped[str] = mapped_column(
+        ForeignKey("ls_lease.lease_id", ondelete="CASCADE"), primary_key=True
+    )
+    table_name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    barrier_id: Mapped[int] = mapped_column(BigInteger)
+    snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

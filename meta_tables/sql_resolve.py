@@ -1,0 +1,145 @@
+"""Snapshot-set resolution and barrier availability as indexed SQL.
+
+Every query here touches a bounded number of index entries per table: a per-table ``max``
+or ``min`` (index-only), then point lookups at the candidate barrier. Only when a table's
+history has a gap at the candidate (a job registered late, or re-registered) does a
+fallback scan the candidate's neighbourhood, still in SQL, newest first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from lockstep.barrier.model import TableVersion, VersionState
+from lockstep.errors import NoConsistentBarrierError, UnknownTableError
+from lockstep.meta_tables.schema import TableRow, TableVersionRow
+from lockstep.readers.model import ConsistencyLevel, SnapshotSet
+
+TV = TableVersionRow
+WRITTEN = VersionState.WRITTEN.value
+
+
+def to_version(row: TableVersionRow) -> TableVersion:
+    return TableVersion(
+        table=row.table_name,
+        barrier_id=row.barrier_id,
+        snapshot_id=row.snapshot_id,
+        state=VersionState(row.state),
+        processed_at=row.processed_at,
+        written_at=row.written_at,
+    )
+
+
+def require_tables(session: Session, tables: Sequence[str]) -> None:
+    known = set(session.scalars(select(TableRow.table_name).where(TableRow.table_name.in_(tables))))
+    missing = [t for t in tables if t not in known]
+    if missing:
+        raise UnknownTableError(missing)
+
+
+def newest_barrier(session: Session, table: str, *, written_only: bool) -> int | None:
+    """The newest barrier of ``table`` (WRITTEN only, or PROCESSED-or-WRITTEN)."""
+    query = select(func.max(TV.barrier_id)).where(TV.table_name == table)
+    if written_only:
+        query = query.where(TV.state == WRITTEN)
+    return session.scalar(query)
+
+
+def _versions_at(
+    session: Session, tables: Sequence[str], barrier_id: int, *, written_only: bool
+) -> dict[str, TableVersionRow]:
+    query = select(TV).where(TV.table_name.in_(tables), TV.barrier_id == barrier_id)
+    if written_only:
+        query = query.where(TV.state == WRITTEN)
+    return {row.table_name: row for row in session.scalars(query)}
+
+
+def newest_common_barrier(
+    session: Session, tables: Sequence[str], *, written_only: bool, at_most: int
+) -> int | None:
+    """The newest barrier <= ``at_most`` that every table has (a version in the state)."""
+    query = (
+        select(TV.barrier_id)
+        .where(TV.table_name.in_(tables), TV.barrier_id <= at_most)
+        .group_by(TV.barrier_id)
+        .having(func.count() == len(tables))
+        .order_by(TV.barrier_id.desc())
+        .limit(1)
+    )
+    if written_only:
+        query = query.where(TV.state == WRITTEN)
+    return session.scalar(query)
+
+
+def oldest_common_barrier(
+    session: Session, tables: Sequence[str], *, after: int
+) -> int | None:
+    """The oldest barrier > ``after`` that every table has WRITTEN (intermediate jobs)."""
+    firsts = []
+    for table in tables:
+        first = session.scalar(
+            select(func.min(TV.barrier_id)).where(
+                TV.table_name == table, TV.state == WRITTEN, TV.barrier_id > after
+            )
+        )
+        if first is None:
+            return None
+        firsts.append(first)
+    candidate = max(firsts)
+    if len(_versions_at(session, tables, candidate, written_only=True)) == len(tables):
+        return candidate
+    return session.scalar(
+        select(TV.barrier_id)
+        .where(TV.table_name.in_(tables), TV.state == WRITTEN, TV.barrier_id >= candidate)
+        .group_by(TV.barrier_id)
+        .having(func.count() == len(tables))
+        .order_by(TV.barrier_id)
+        .limit(1)
+    )
+
+
+def unavailable_sources(session: Session, sources: Sequence[str], barrier_id: int) -> list[str]:
+    """Sources that have not WRITTEN ``barrier_id``."""
+    have = _versions_at(session, sources, barrier_id, written_only=True)
+    return [s for s in sources if s not in have]
+
+
+def resolve_snapshot_set(
+    session: Session, tables: Sequence[str], level: ConsistencyLevel
+) -> SnapshotSet:
+    """Resolve one snapshot per table (DESIGN §3) inside ``session``'s transaction."""
+    tables = list(dict.fromkeys(tables))
+    if not tables:
+        raise UnknownTableError([], hint="name at least one table to read")
+    require_tables(session, tables)
+    written_only = level is ConsistencyLevel.REPEATABLE_READ
+    newest = {t: newest_barrier(session, t, written_only=written_only) for t in tables}
+    empty = [t for t, b in newest.items() if b is None]
+    if empty:
+        raise NoConsistentBarrierError(
+            level.value, tables, empty, f"{', '.join(map(repr, empty))} has no version yet"
+        )
+    if level is ConsistencyLevel.READ_UNCOMMITTED:
+        versions = {}
+        for table, barrier_id in newest.items():
+            assert barrier_id is not None
+            versions[table] = to_version(
+                _versions_at(session, [table], barrier_id, written_only=False)[table]
+            )
+        return SnapshotSet(level, None, versions)
+    candidate = min(b for b in newest.values() if b is not None)
+    rows = _versions_at(session, tables, candidate, written_only=written_only)
+    if len(rows) < len(tables):
+        common = newest_common_barrier(
+            session, tables, written_only=written_only, at_most=candidate
+        )
+        if common is None:
+            lagging = [t for t in tables if newest[t] == candidate or t not in rows]
+            detail = ", ".join(f"{t} at {newest[t]}" for t in tables)
+            raise NoConsistentBarrierError(level.value, tables, lagging, f"newest: {detail}")
+        candidate = common
+        rows = _versions_at(session, tables, candidate, written_only=written_only)
+    return SnapshotSet(level, candidate, {t: to_version(rows[t]) for t in tables})

@@ -1,0 +1,170 @@
+"""The metadata store interface: everything jobs and readers ask the coordinator.
+
+One abstract class, one SQLAlchemy implementation (``SqlMetadataStore``) with thin SQLite
+and PostgreSQL configuration, and later a remote (HTTP) client; one contract test suite
+runs against each. Every method is one atomic operation: a report is checked and applied
+in the same transaction, persisted before the method returns.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pyarrow as pa
+
+from lockstep.barrier.model import (
+    Barrier,
+    JobInstance,
+    JobProgress,
+    RecoveryPlan,
+    TableVersion,
+)
+from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
+from lockstep.topology.graph import Topology
+from lockstep.topology.model import JobSpec, TableType
+
+DEFAULT_LEASE_TTL_S = 600.0
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    """A managed table's writer, derived type and newest versions."""
+
+    table: str
+    writer: str | None
+    table_type: TableType
+    latest_processed: int | None
+    latest_written: int | None
+
+
+class MetadataStore(abc.ABC):
+    """Coordinator state: topology, barriers, table versions, job progress, leases."""
+
+    # -- topology --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def register_job(self, spec: JobSpec) -> JobSpec:
+        """Register a job; idempotent for an identical definition.
+
+        Raises CycleError, ConcurrentWriterError, InvalidNameError, JobExistsError.
+        """
+
+    @abc.abstractmethod
+    def unregister_job(self, job_id: str, *, force: bool = False) -> None:
+        """Remove a job; its tables and their history stay. Pending commits block this
+        unless ``force`` (which aborts them)."""
+
+    @abc.abstractmethod
+    def topology(self) -> Topology:
+        """The current topology (all registered jobs)."""
+
+    @abc.abstractmethod
+    def table_status(self, tables: Collection[str] | None = None) -> list[TableStatus]:
+        """Status of the given tables (all if None); raises UnknownTableError."""
+
+    # -- barriers --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def issue_barrier(self) -> Barrier:
+        """Issue the next barrier: id = previous + 1, ts strictly after the previous ts."""
+
+    @abc.abstractmethod
+    def list_barriers(self, *, limit: int | None = None) -> list[Barrier]:
+        """Issued barriers, newest first."""
+
+    # -- job protocol ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def attach(self, job_id: str) -> JobInstance:
+        """Start a new instance of a job with a fresh fencing token (fences older ones)."""
+
+    @abc.abstractmethod
+    def next_barrier(self, job_id: str, token: int) -> Barrier | None:
+        """The barrier the job should work on now (None if none is available yet).
+
+        Root job: the first issued barrier after its last written one. Intermediate job:
+        the first barrier after its last written one that every source has WRITTEN.
+        Records the job's start time for that barrier the first time it is returned.
+        """
+
+    @abc.abstractmethod
+    def report_processed(
+        self, job_id: str, token: int, barrier_id: int, snapshots: Mapping[str, int | None]
+    ) -> list[TableVersion]:
+        """Record the staged snapshot of every sink for ``barrier_id`` (pre-commit)."""
+
+    @abc.abstractmethod
+    def report_written(
+        self,
+        job_id: str,
+        token: int,
+        barrier_id: int,
+        snapshots: Mapping[str, int | None] | None = None,
+    ) -> list[TableVersion]:
+        """Record that the staged snapshots were published on main (commit)."""
+
+    @abc.abstractmethod
+    def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
+        """Roll back a PROCESSED (not WRITTEN) barrier: its staged versions are dropped."""
+
+    @abc.abstractmethod
+    def recovery_plan(self, job_id: str, token: int) -> RecoveryPlan:
+        """What a (re)started instance must publish and abort before going on."""
+
+    @abc.abstractmethod
+    def job_progress(self, job_id: str, *, limit: int | None = None) -> list[JobProgress]:
+        """The job's progress per barrier, newest first."""
+
+    @abc.abstractmethod
+    def table_versions(self, table: str, *, limit: int | None = None) -> list[TableVersion]:
+        """The table's versions per barrier, newest first."""
+
+    # -- reads -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def resolve(
+        self, tables: Sequence[str], level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ
+    ) -> SnapshotSet:
+        """One snapshot per table at one barrier (DESIGN §3).
+
+        Raises UnknownTableError or NoConsistentBarrierError.
+        """
+
+    @abc.abstractmethod
+    def acquire_lease(
+        self,
+        tables: Sequence[str],
+        level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ,
+        *,
+        ttl_s: float = DEFAULT_LEASE_TTL_S,
+        holder: str = "",
+    ) -> Lease:
+        """Resolve and hold the snapshot set (protected from expiration) in one step."""
+
+    @abc.abstractmethod
+    def renew_lease(self, lease_id: str, *, ttl_s: float = DEFAULT_LEASE_TTL_S) -> Lease:
+        """Extend a live lease; raises LeaseError if it expired or was released."""
+
+    @abc.abstractmethod
+    def release_lease(self, lease_id: str) -> None:
+        """Release a lease (idempotent)."""
+
+    @abc.abstractmethod
+    def active_leases(self) -> list[Lease]:
+        """Leases not released and not expired."""
+
+    # -- meta tables -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def export_tables(self, names: Collection[str]) -> dict[str, pa.Table]:
+        """The named base tables (``ls_*``) as Arrow, for the SQL meta views."""
+
+    def now(self) -> datetime:
+        """The store's clock (UTC); views compute freshness against it."""
+        return datetime.now(timezone.utc)
+
+    def close(self) -> None:
+        """Release connections."""

@@ -1,0 +1,218 @@
+"""The SQL meta views (DuckDB dialect) over the store's base tables.
+
+Seed names are kept exactly (``__META_JOB_SOURCE``, ``__META_JOB_SINK``,
+``__META_TABLE_VERSION``); the rest are Lockstep's. Times are UTC ``TIMESTAMP``s, delays
+seconds as ``DOUBLE``. Each view names the base tables it reads, so a query exports only
+what it uses. ``lockstep_now_us()`` is the store clock at query time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MetaView:
+    name: str
+    doc: str
+    uses: tuple[str, ...]  # base tables and other views
+    sql: str
+
+
+def _ts(column: str) -> str:
+    return f"make_timestamp({column})"
+
+
+VIEWS: tuple[MetaView, ...] = (
+    MetaView(
+        "__META_JOB_SOURCE",
+        "Managed source tables of each job (seed).",
+        ("ls_job_source",),
+        "SELECT job_id, table_name FROM ls_job_source",
+    ),
+    MetaView(
+        "__META_JOB_SINK",
+        "Sink tables of each job (seed).",
+        ("ls_job_sink",),
+        "SELECT job_id, table_name FROM ls_job_sink",
+    ),
+    MetaView(
+        "__META_TABLE",
+        "Every managed table: writer, type, newest versions, freshness lag.",
+        ("ls_table", "ls_job_sink", "ls_job_source", "ls_table_version", "ls_barrier"),
+        f"""
+        WITH heads AS (
+            SELECT table_name,
+                   max(barrier_id) AS latest_processed,
+                   max(barrier_id) FILTER (WHERE state = 'WRITTEN') AS latest_written
+            FROM ls_table_version GROUP BY table_name
+        )
+        SELECT t.table_name,
+               k.job_id AS writer_job,
+               CASE WHEN k.job_id IS NULL THEN 'UNWRITTEN'
+                    WHEN EXISTS (SELECT 1 FROM ls_job_source s WHERE s.job_id = k.job_id)
+                    THEN 'INTERMEDIATE' ELSE 'ROOT' END AS table_type,
+               h.latest_processed,
+               h.latest_written,
+               {_ts("b.ts")} AS latest_written_issued_at,
+               (lockstep_now_us() - b.ts) / 1e6 AS freshness_lag_s
+        FROM ls_table t
+        LEFT JOIN ls_job_sink k USING (table_name)
+        LEFT JOIN heads h USING (table_name)
+        LEFT JOIN ls_barrier b ON b.barrier_id = h.latest_written
+        """,
+    ),
+    MetaView(
+        "__META_TABLE_VERSION",
+        "Each table's version = newest WRITTEN barrier, and its type ROOT/INTERMEDIATE (seed).",
+        ("__META_TABLE",),
+        "SELECT table_name, latest_written AS version, table_type FROM __META_TABLE",
+    ),
+    MetaView(
+        "__META_JOB",
+        "Every registered job: type, fencing token, newest written barrier.",
+        ("ls_job", "ls_job_source", "ls_job_barrier"),
+        f"""
+        SELECT j.job_id,
+               CASE WHEN EXISTS (SELECT 1 FROM ls_job_source s WHERE s.job_id = j.job_id)
+                    THEN 'INTERMEDIATE' ELSE 'ROOT' END AS job_type,
+               j.current_token AS fencing_token,
+               {_ts("j.registered_at")} AS registered_at,
+               (SELECT max(barrier_id) FROM ls_job_barrier p
+                 WHERE p.job_id = j.job_id AND p.written_at IS NOT NULL) AS last_written,
+               j.external_sources
+        FROM ls_job j
+        """,
+    ),
+    MetaView(
+        "__META_BARRIER",
+        "Issued barriers and their transaction state over the tables in scope "
+        "(ISSUED, PRECOMMIT = processed in all, COMMIT = written in all).",
+        ("ls_barrier", "ls_table_version", "ls_job_sink", "ls_job"),
+        f"""
+        WITH counts AS (
+            SELECT barrier_id, count(*) AS processed,
+                   count(*) FILTER (WHERE state = 'WRITTEN') AS written
+            FROM ls_table_version GROUP BY barrier_id
+        ), scope AS (
+            SELECT b.barrier_id, count(k.table_name) AS total
+            FROM ls_barrier b
+            LEFT JOIN ls_job j ON j.start_after < b.barrier_id
+            LEFT JOIN ls_job_sink k ON k.job_id = j.job_id
+            GROUP BY b.barrier_id
+        )
+        SELECT b.barrier_id, {_ts("b.ts")} AS ts,
+               s.total AS tables_in_scope,
+               coalesce(c.processed, 0) AS tables_processed,
+               coalesce(c.written, 0) AS tables_written,
+               CASE WHEN s.total > 0 AND coalesce(c.written, 0) >= s.total THEN 'COMMIT'
+                    WHEN s.total > 0 AND coalesce(c.processed, 0) >= s.total THEN 'PRECOMMIT'
+                    ELSE 'ISSUED' END AS state
+        FROM ls_barrier b JOIN scope s USING (barrier_id) LEFT JOIN counts c USING (barrier_id)
+        """,
+    ),
+    MetaView(
+        "__META_TABLE_BARRIER",
+        "Each table's version per barrier: snapshot id, state, times.",
+        ("ls_table_version",),
+        f"""
+        SELECT table_name, barrier_id, snapshot_id, state, job_id,
+               {_ts("processed_at")} AS processed_at, {_ts("written_at")} AS written_at
+        FROM ls_table_version
+        """,
+    ),
+    MetaView(
+        "__META_JOB_BARRIER",
+        "Each job's progress per barrier: started, processed, written.",
+        ("ls_job_barrier",),
+        f"""
+        SELECT job_id, barrier_id, token AS fencing_token,
+               {_ts("started_at")} AS started_at, {_ts("processed_at")} AS processed_at,
+               {_ts("written_at")} AS written_at
+        FROM ls_job_barrier
+        """,
+    ),
+    MetaView(
+        "__META_PENDING_COMMIT",
+        "Pre-commits (seed 002): PENDING until published, then COMMITTED or ABORTED.",
+        ("ls_pending_commit",),
+        f"""
+        SELECT job_id, barrier_id, table_name, snapshot_id, state, token AS fencing_token,
+               {_ts("created_at")} AS created_at, {_ts("updated_at")} AS updated_at
+        FROM ls_pending_commit
+        """,
+    ),
+    MetaView(
+        "__META_LEASE",
+        "Live read leases and the snapshots they protect.",
+        ("ls_lease", "ls_lease_snapshot"),
+        f"""
+        SELECT l.lease_id, l.level, l.barrier_id, l.holder, s.table_name,
+               s.barrier_id AS table_barrier_id, s.snapshot_id,
+               {_ts("l.created_at")} AS created_at, {_ts("l.expires_at")} AS expires_at
+        FROM ls_lease l JOIN ls_lease_snapshot s USING (lease_id)
+        WHERE l.expires_at > lockstep_now_us()
+        """,
+    ),
+    MetaView(
+        "__META_LINEAGE",
+        "Transitive lineage: upstream_table feeds table_name, depth jobs away (1 = direct). "
+        "Downstream of X: WHERE upstream_table = X.",
+        ("ls_job_sink", "ls_job_source"),
+        """
+        WITH RECURSIVE edges AS (
+            SELECT k.table_name, s.table_name AS upstream_table
+            FROM ls_job_sink k JOIN ls_job_source s USING (job_id)
+        ), walk(table_name, upstream_table, depth) AS (
+            SELECT table_name, upstream_table, 1 FROM edges
+            UNION ALL
+            SELECT w.table_name, e.upstream_table, w.depth + 1
+            FROM walk w JOIN edges e ON e.table_name = w.upstream_table
+        )
+        SELECT table_name, upstream_table, min(depth) AS depth FROM walk GROUP BY ALL
+        """,
+    ),
+    MetaView(
+        "__META_DELAY",
+        "Per table and WRITTEN barrier (DESIGN §6): e2e delay = available - issued; for "
+        "its writer job: wait = started - newest source availability (issue time for a "
+        "root job) and own cost = written - started.",
+        ("ls_table_version", "ls_barrier", "ls_job_barrier", "ls_job_source"),
+        f"""
+        WITH source_ready AS (
+            SELECT s.job_id, v.barrier_id, max(v.written_at) AS ready
+            FROM ls_job_source s JOIN ls_table_version v ON v.table_name = s.table_name
+            WHERE v.state = 'WRITTEN'
+            GROUP BY ALL
+        )
+        SELECT v.table_name, v.barrier_id, v.job_id,
+               {_ts("b.ts")} AS issued_at,
+               {_ts("v.written_at")} AS available_at,
+               (v.written_at - b.ts) / 1e6 AS e2e_delay_s,
+               {_ts("p.started_at")} AS started_at,
+               (p.started_at - coalesce(r.ready, b.ts)) / 1e6 AS wait_s,
+               (p.written_at - p.started_at) / 1e6 AS own_cost_s
+        FROM ls_table_version v
+        JOIN ls_barrier b USING (barrier_id)
+        LEFT JOIN ls_job_barrier p ON p.job_id = v.job_id AND p.barrier_id = v.barrier_id
+        LEFT JOIN source_ready r ON r.job_id = v.job_id AND r.barrier_id = v.barrier_id
+        WHERE v.state = 'WRITTEN'
+        """,
+    ),
+)
+
+VIEWS_BY_NAME = {view.name: view for view in VIEWS}
+
+
+def base_tables_for(view_names: set[str]) -> set[str]:
+    """The ``ls_*`` base tables the given views need (transitively)."""
+    needed: set[str] = set()
+    todo = [VIEWS_BY_NAME[n] for n in view_names]
+    while todo:
+        view = todo.pop()
+        for dep in view.uses:
+            if dep in VIEWS_BY_NAME:
+                todo.append(VIEWS_BY_NAME[dep])
+            else:
+                needed.add(dep)
+    return needed

@@ -1,0 +1,1 @@
+"""Consistent reads: snapshot-set resolution at a consistency level, and leases."""

@@ -1,0 +1,1 @@
+"""Topology: the graph of jobs and tables, validation, lineage and critical paths."""
