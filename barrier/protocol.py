@@ -46,7 +46,9 @@ def check_sinks(spec: JobSpec, barrier_id: int, snapshots: Mapping[str, int | No
             "(report the unchanged previous snapshot for a sink without new data)",
         )
     for table, snapshot_id in snapshots.items():
-        if snapshot_id is not None and (not isinstance(snapshot_id, int) or isinstance(snapshot_id, bool)):
+        if snapshot_id is not None and (
+            not isinstance(snapshot_id, int) or isinstance(snapshot_id, bool)
+        ):
             raise ProtocolError(
                 spec.job_id, barrier_id, f"snapshot id for {table!r} must be an integer or None"
             )
@@ -126,8 +128,7 @@ def check_written(
         raise ProtocolError(
             spec.job_id,
             barrier_id,
-            "reported WRITTEN before PROCESSED; report PROCESSED (with the staged snapshots) "
-            "first",
+            "reported WRITTEN before PROCESSED; report PROCESSED (with the staged snapshots) first",
         )
     published = {t: v.snapshot_id for t, v in existing.items()}
     if snapshots is not None:

@@ -38,7 +38,7 @@ class LockstepConfig(BaseModel):
             scheme = text.split("://", 1)[0].lower()
             if scheme.startswith(("sqlite", "postgresql", "postgres")):
                 if scheme.startswith("postgres") and not scheme.startswith("postgresql"):
-                    text = "postgresql" + text[len(scheme):]
+                    text = "postgresql" + text[len(scheme) :]
                 return cls(store_url=text)
             raise ConfigurationError(
                 f"unsupported target {text!r}: give a home directory, a sqlite:/// or "

@@ -170,7 +170,9 @@ class UnknownBarrierError(LockstepError):
 class NoConsistentBarrierError(LockstepError):
     """No single barrier is available in every requested table at the requested level."""
 
-    def __init__(self, level: str, tables: Sequence[str], lagging: Sequence[str], detail: str) -> None:
+    def __init__(
+        self, level: str, tables: Sequence[str], lagging: Sequence[str], detail: str
+    ) -> None:
         super().__init__(
             f"no barrier is {level} in all of {_names(tables)}: {detail}; lagging: "
             f"{_names(lagging)}. Wait for the lagging tables' jobs, or read fewer tables"

@@ -14,9 +14,7 @@ from sqlalchemy.orm import Session
 from lockstep.errors import MetaQueryError
 from lockstep.meta_tables.schema import Base, SchemaVersionRow, UtcMicros
 
-EXPORTABLE = sorted(
-    name for name in Base.metadata.tables if name != SchemaVersionRow.__tablename__
-)
+EXPORTABLE = sorted(name for name in Base.metadata.tables if name != SchemaVersionRow.__tablename__)
 
 
 def arrow_schema(table: Table) -> pa.Schema:
@@ -44,9 +42,8 @@ def export_tables(session: Session, names: Collection[str]) -> dict[str, pa.Tabl
             for c in table.columns
         ]
         rows = session.execute(select(*raw)).all()
-        columns = list(zip(*rows)) if rows else [[] for _ in schema]
-        out[name] = pa.table(
-            [pa.array(list(col), type=f.type) for col, f in zip(columns, schema)], schema=schema
-        )
+        arrays = [
+            pa.array([row[i] for row in rows], type=field.type) for i, field in enumerate(schema)
+        ]
+        out[name] = pa.table(arrays, schema=schema)
     return out
-

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
-from sqlalchemy import Connection, Engine, inspect, select, text
+from sqlalchemy import Connection, Engine, insert, inspect, select, text
 
 from lockstep.errors import StoreVersionError
 from lockstep.meta_tables.schema import Base, SchemaVersionRow
@@ -74,7 +74,5 @@ def _lock(connection: Connection) -> None:
 
 def _stamp(connection: Connection, version: int) -> None:
     connection.execute(
-        SchemaVersionRow.__table__.insert().values(
-            version=version, applied_at=datetime.now(timezone.utc)
-        )
+        insert(SchemaVersionRow).values(version=version, applied_at=datetime.now(timezone.utc))
     )

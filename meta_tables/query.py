@@ -20,7 +20,7 @@ Exporter = Callable[[Collection[str]], dict[str, pa.Table]]
 
 _ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 _META_NAME = re.compile(r"__META_[A-Z_]+", re.IGNORECASE)
-DUCKDB_CONFIG = {
+DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "enable_external_access": False,
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,

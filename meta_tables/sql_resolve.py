@@ -74,9 +74,7 @@ def newest_common_barrier(
     return session.scalar(query)
 
 
-def oldest_common_barrier(
-    session: Session, tables: Sequence[str], *, after: int
-) -> int | None:
+def oldest_common_barrier(session: Session, tables: Sequence[str], *, after: int) -> int | None:
     """The oldest barrier > ``after`` that every table has WRITTEN (intermediate jobs)."""
     firsts = []
     for table in tables:

@@ -520,7 +520,9 @@ class SqlMetadataStore(MetadataStore):
     def active_leases(self) -> list[Lease]:
         def work(s: Session) -> list[Lease]:
             rows = s.scalars(
-                select(LeaseRow).where(LeaseRow.expires_at > self._clock()).order_by(LeaseRow.created_at)
+                select(LeaseRow)
+                .where(LeaseRow.expires_at > self._clock())
+                .order_by(LeaseRow.created_at)
             )
             return [_lease(s, r) for r in rows]
 
@@ -613,7 +615,9 @@ def _last_written(s: Session, spec: JobSpec) -> int | None:
 def _expected_barrier(s: Session, spec: JobSpec, job: JobRow) -> int | None:
     after = max(job.start_after, _last_written(s, spec) or 0)
     if spec.is_root:
-        return s.scalar(select(func.min(BarrierRow.barrier_id)).where(BarrierRow.barrier_id > after))
+        return s.scalar(
+            select(func.min(BarrierRow.barrier_id)).where(BarrierRow.barrier_id > after)
+        )
     return sql_resolve.oldest_common_barrier(s, spec.sources, after=after)
 
 
@@ -662,7 +666,9 @@ def _abort(s: Session, spec: JobSpec, barrier_id: int, now: datetime) -> None:
 
 def _lease(s: Session, row: LeaseRow) -> Lease:
     versions = {}
-    for snap in s.scalars(select(LeaseSnapshotRow).where(LeaseSnapshotRow.lease_id == row.lease_id)):
+    for snap in s.scalars(
+        select(LeaseSnapshotRow).where(LeaseSnapshotRow.lease_id == row.lease_id)
+    ):
         tv = s.get(TV, (snap.table_name, snap.barrier_id))
         versions[snap.table_name] = TableVersion(
             table=snap.table_name,

@@ -26,7 +26,9 @@ class ConsistencyLevel(str, enum.Enum):
             return cls(normalized)
         except ValueError:
             choices = ", ".join(level.value for level in cls)
-            raise LockstepError(f"unknown consistency level {value!r}; use one of {choices}") from None
+            raise LockstepError(
+                f"unknown consistency level {value!r}; use one of {choices}"
+            ) from None
 
 
 @dataclass(frozen=True)

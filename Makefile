@@ -1,0 +1,44 @@
+# Lockstep — developer entry points. Every target bootstraps .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PKG_DIRS := lockstep topology barrier readers meta_tables
+
+.PHONY: demo test test-fast lint typecheck format clean
+
+# The venv, with the project installed editable (strict mode: a link tree that type checkers
+# and tools can follow). Re-installed when pyproject.toml changes or a package file is added.
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=strict
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/lockstep demo
+
+test: $(VENV)/.installed lint
+	$(BIN)/pytest
+
+test-fast: $(VENV)/.installed
+	$(BIN)/pytest -m "not spark and not kafka and not postgres and not slow"
+
+lint: $(VENV)/.installed typecheck
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# mypy needs the lockstep.* namespace as files: build a link tree and check it.
+typecheck: $(VENV)/.installed
+	@rm -rf .typecheck && mkdir -p .typecheck/lockstep
+	@ln -s $(CURDIR)/lockstep/*.py $(CURDIR)/lockstep/py.typed .typecheck/lockstep/
+	@for d in topology barrier readers meta_tables; do ln -s $(CURDIR)/$$d .typecheck/lockstep/$$d; done
+	cd .typecheck && ../$(BIN)/mypy --config-file ../pyproject.toml -p lockstep
+
+format: $(VENV)/.installed
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) build .typecheck .pytest_cache .mypy_cache .ruff_cache *.egg-info
