@@ -1,0 +1,387 @@
+"""The metadata-store contract: one behaviour suite for every backend.
+
+Subclass :class:`StoreContract` and provide a ``store`` fixture (and ``clock`` for the
+time-dependent tests) to run it against a backend: SQLite here, PostgreSQL and the remote
+client later. ``__test__ = False`` keeps pytest from collecting the base class itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from pipelines import register, run_barrier, snapshot_id
+
+from lockstep.barrier.model import VersionState
+from lockstep.errors import (
+    ConcurrentWriterError,
+    CycleError,
+    FencedError,
+    InvalidNameError,
+    JobExistsError,
+    LeaseError,
+    NoConsistentBarrierError,
+    ProtocolError,
+    TopologyError,
+    UnknownJobError,
+    UnknownTableError,
+)
+from lockstep.meta_tables.export import EXPORTABLE
+from lockstep.meta_tables.store import MetadataStore
+from lockstep.readers.model import ConsistencyLevel
+from lockstep.topology.model import JobSpec, TableType
+
+RU = ConsistencyLevel.READ_UNCOMMITTED
+RC = ConsistencyLevel.READ_COMMITTED
+RR = ConsistencyLevel.REPEATABLE_READ
+AGGREGATES = ["user_item_amount", "user_item_price"]
+
+
+def dump(store: MetadataStore) -> dict[str, Any]:
+    """Every base table's content, to prove a refused call changed nothing."""
+    return {name: table.to_pylist() for name, table in store.export_tables(EXPORTABLE).items()}
+
+
+class StoreContract:
+    __test__ = False
+
+    # -- topology --------------------------------------------------------------------------
+
+    def test_register_and_read_back(self, store: MetadataStore) -> None:
+        register(store)
+        topo = store.topology()
+        assert [j.job_id for j in topo.jobs] == ["load_shopping", "sum_amount", "sum_price"]
+        assert topo.table_type("shopping") is TableType.ROOT
+        assert topo.table_type("user_item_price") is TableType.INTERMEDIATE
+        assert topo.writer_of("user_item_amount") == "sum_amount"
+
+    def test_register_is_idempotent_for_same_definition(self, store: MetadataStore) -> None:
+        register(store)
+        before = dump(store)
+        store.register_job(
+            JobSpec("sum_amount", sources=("shopping",), sinks=("user_item_amount",))
+        )
+        assert dump(store) == before
+
+    def test_register_different_definition_is_refused(self, store: MetadataStore) -> None:
+        register(store)
+        with pytest.raises(JobExistsError, match="sum_amount"):
+            store.register_job(JobSpec("sum_amount", sources=("shopping",), sinks=("other",)))
+
+    def test_second_writer_is_refused_naming_both(self, store: MetadataStore) -> None:
+        register(store)
+        before = dump(store)
+        with pytest.raises(ConcurrentWriterError) as e:
+            store.register_job(JobSpec("rogue", sinks=("user_item_price",)))
+        assert (e.value.table, e.value.writer, e.value.job_id) == (
+            "user_item_price",
+            "sum_price",
+            "rogue",
+        )
+        assert dump(store) == before
+
+    def test_cycle_is_refused_naming_the_cycle(self, store: MetadataStore) -> None:
+        store.register_job(JobSpec("a", sources=("t2",), sinks=("t1",)))
+        before = dump(store)
+        with pytest.raises(CycleError) as e:
+            store.register_job(JobSpec("b", sources=("t1",), sinks=("t2",)))
+        assert e.value.job_id == "b"
+        assert {"a", "b", "t1", "t2"} <= set(e.value.cycle)
+        assert dump(store) == before
+
+    def test_bad_names_are_refused(self, store: MetadataStore) -> None:
+        with pytest.raises(InvalidNameError):
+            store.register_job(JobSpec("ok", sinks=("bad name",)))
+        with pytest.raises(InvalidNameError):
+            store.register_job(JobSpec("bad job!", sinks=("t",)))
+
+    def test_unregister(self, store: MetadataStore) -> None:
+        register(store)
+        with pytest.raises(UnknownJobError, match="nope"):
+            store.unregister_job("nope")
+        store.unregister_job("sum_price")
+        assert [j.job_id for j in store.topology().jobs] == ["load_shopping", "sum_amount"]
+        # the table and its history stay known; nobody writes it now
+        status = {s.table: s for s in store.table_status()}
+        assert status["user_item_price"].table_type is TableType.UNWRITTEN
+
+    def test_unregister_with_pending_commit_needs_force(self, store: MetadataStore) -> None:
+        register(store)
+        store.issue_barrier()
+        token = store.attach("load_shopping").token
+        run_barrier(store, "load_shopping", token, write=False)
+        with pytest.raises(TopologyError, match="pending"):
+            store.unregister_job("load_shopping")
+        store.unregister_job("load_shopping", force=True)
+        assert store.table_versions("shopping") == []
+
+    # -- barriers --------------------------------------------------------------------------
+
+    def test_barriers_strictly_increase(self, store: MetadataStore) -> None:
+        issued = [store.issue_barrier() for _ in range(5)]
+        assert [b.barrier_id for b in issued] == [1, 2, 3, 4, 5]
+        assert all(a.ts < b.ts for a, b in itertools.pairwise(issued))
+        assert all(b.ts.utcoffset() is not None and not b.ts.utcoffset() for b in issued)
+        assert [b.barrier_id for b in store.list_barriers(limit=2)] == [5, 4]
+
+    # -- job protocol ----------------------------------------------------------------------
+
+    def test_root_job_walks_barriers_in_order(self, store: MetadataStore) -> None:
+        register(store)
+        token = store.attach("load_shopping").token
+        assert store.next_barrier("load_shopping", token) is None
+        store.issue_barrier()
+        store.issue_barrier()
+        assert run_barrier(store, "load_shopping", token) == 1
+        assert run_barrier(store, "load_shopping", token) == 2
+        assert run_barrier(store, "load_shopping", token) is None
+
+    def test_job_registered_late_starts_after_existing_barriers(self, store: MetadataStore) -> None:
+        for _ in range(3):
+            store.issue_barrier()
+        store.register_job(JobSpec("late", sinks=("t",)))
+        token = store.attach("late").token
+        assert store.next_barrier("late", token) is None
+        store.issue_barrier()
+        assert run_barrier(store, "late", token) == 4
+
+    def test_intermediate_waits_for_sources_written(self, store: MetadataStore) -> None:
+        register(store)
+        store.issue_barrier()
+        root = store.attach("load_shopping").token
+        agg = store.attach("sum_amount").token
+        assert store.next_barrier("sum_amount", agg) is None
+        with pytest.raises(ProtocolError, match="shopping"):
+            store.report_processed("sum_amount", agg, 1, {"user_item_amount": 7})
+        run_barrier(store, "load_shopping", root, write=False)
+        assert store.next_barrier("sum_amount", agg) is None  # processed is not enough
+        store.report_written("load_shopping", root, 1)
+        barrier = store.next_barrier("sum_amount", agg)
+        assert barrier is not None
+        assert barrier.barrier_id == 1
+
+    def test_reports_are_idempotent(self, store: MetadataStore) -> None:
+        register(store)
+        store.issue_barrier()
+        token = store.attach("load_shopping").token
+        first = store.report_processed("load_shopping", token, 1, {"shopping": 11})
+        before = dump(store)
+        assert store.report_processed("load_shopping", token, 1, {"shopping": 11}) == first
+        assert dump(store) == before
+        written = store.report_written("load_shopping", token, 1)
+        before = dump(store)
+        assert store.report_written("load_shopping", token, 1) == written
+        assert store.report_processed("load_shopping", token, 1, {"shopping": 11}) == written
+        assert dump(store) == before
+        assert written[0].state is VersionState.WRITTEN
+
+    @pytest.mark.parametrize(
+        ("barrier_id", "snapshots", "message"),
+        [
+            (2, {"shopping": 1}, "not been issued"),
+            (1, {"shopping": 1, "user_item_price": 2}, "not a sink"),
+            (1, {}, "missing: shopping"),
+            (1, {"shopping": "x"}, "integer"),
+        ],
+    )
+    def test_bad_processed_reports_change_nothing(
+        self, store: MetadataStore, barrier_id: int, snapshots: dict[str, Any], message: str
+    ) -> None:
+        register(store)
+        store.issue_barrier()
+        token = store.attach("load_shopping").token
+        before = dump(store)
+        with pytest.raises(ProtocolError, match=message):
+            store.report_processed("load_shopping", token, barrier_id, snapshots)
+        assert dump(store) == before
+
+    def test_out_of_order_and_early_written_are_refused(self, store: MetadataStore) -> None:
+        register(store)
+        store.issue_barrier()
+        store.issue_barrier()
+        token = store.attach("load_shopping").token
+        before = dump(store)
+        with pytest.raises(ProtocolError, match="out of order"):
+            store.report_processed("load_shopping", token, 2, {"shopping": 2})
+        with pytest.raises(ProtocolError, match="WRITTEN before PROCESSED"):
+            store.report_written("load_shopping", token, 1)
+        assert dump(store) == before
+
+    def test_conflicting_repeat_is_refused(self, store: MetadataStore) -> None:
+        register(store)
+        store.issue_barrier()
+        token = store.attach("load_shopping").token
+        store.report_processed("load_shopping", token, 1, {"shopping": 11})
+        with pytest.raises(ProtocolError, match="abort"):
+            store.report_processed("load_shopping", token, 1, {"shopping": 12})
+        store.report_written("load_shopping", token, 1)
+        with pytest.raises(ProtocolError, match="never replaced"):
+            store.report_processed("load_shopping", token, 1, {"shopping": 12})
+
+    def test_written_may_name_the_published_snapshot(self, store: MetadataStore) -> None:
+        register(store)
+        store.issue_barrier()
+        token = store.attach("load_shopping").token
+        store.report_processed("load_shopping", token, 1, {"shopping": 11})
+        (version,) = store.report_written("load_shopping", token, 1, {"shopping": 99})
+        assert version.snapshot_id == 99
+
+    def test_newer_instance_fences_older(self, store: MetadataStore) -> None:
+        register(store)
+        store.issue_barrier()
+        old = store.attach("load_shopping").token
+        store.report_processed("load_shopping", old, 1, {"shopping": 11})
+        new = store.attach("load_shopping").token
+        assert new > old
+        before = dump(store)
+        with pytest.raises(FencedError) as e:
+            store.report_written("load_shopping", old, 1)
+        assert (e.value.token, e.value.current) == (old, new)
+        with pytest.raises(FencedError):
+            store.next_barrier("load_shopping", old)
+        assert dump(store) == before
+        store.report_written("load_shopping", new, 1)
+
+    def test_unknown_job(self, store: MetadataStore) -> None:
+        with pytest.raises(UnknownJobError):
+            store.attach("ghost")
+        with pytest.raises(UnknownJobError):
+            store.report_processed("ghost", 1, 1, {})
+
+    def test_abort_rolls_back_processed_but_never_written(self, store: MetadataStore) -> None:
+        register(store)
+        store.issue_barrier()
+        token = store.attach("load_shopping").token
+        store.report_processed("load_shopping", token, 1, {"shopping": 11})
+        store.report_aborted("load_shopping", token, 1)
+        assert store.table_versions("shopping") == []
+        store.report_aborted("load_shopping", token, 1)  # idempotent
+        # the barrier can be staged again, with another snapshot
+        store.report_processed("load_shopping", token, 1, {"shopping": 12})
+        store.report_written("load_shopping", token, 1)
+        with pytest.raises(ProtocolError, match="cannot abort a WRITTEN"):
+            store.report_aborted("load_shopping", token, 1)
+        assert store.table_versions("shopping")[0].snapshot_id == 12
+
+    def test_recovery_plan(self, store: MetadataStore) -> None:
+        register(store)
+        for _ in range(3):
+            store.issue_barrier()
+        token = store.attach("load_shopping").token
+        run_barrier(store, "load_shopping", token)  # barrier 1 written
+        run_barrier(store, "load_shopping", token, write=False)  # barrier 2 pre-committed
+        # crash; a new instance asks what to do
+        token = store.attach("load_shopping").token
+        plan = store.recovery_plan("load_shopping", token)
+        assert plan.last_written == 1
+        assert [(p.barrier_id, p.table, p.snapshot_id) for p in plan.to_publish] == [
+            (2, "shopping", snapshot_id("shopping", 2))
+        ]
+        assert plan.to_abort == ()
+        store.report_written("load_shopping", token, 2)
+        # started barrier 3 but crashed before PROCESSED: it is dirty, abort and replay it
+        barrier = store.next_barrier("load_shopping", token)
+        assert barrier is not None
+        assert barrier.barrier_id == 3
+        token = store.attach("load_shopping").token
+        plan = store.recovery_plan("load_shopping", token)
+        assert (plan.last_written, plan.to_publish, plan.to_abort) == (2, (), (3,))
+
+    def test_job_progress_times(self, store: MetadataStore) -> None:
+        register(store)
+        store.issue_barrier()
+        token = store.attach("load_shopping").token
+        run_barrier(store, "load_shopping", token)
+        (progress,) = store.job_progress("load_shopping")
+        assert progress.barrier_id == 1
+        assert progress.started_at is not None
+        assert progress.processed_at is not None
+        assert progress.written_at is not None
+        assert progress.started_at <= progress.processed_at <= progress.written_at
+
+    # -- resolution ------------------------------------------------------------------------
+
+    def test_resolve_unknown_and_empty_tables(self, store: MetadataStore) -> None:
+        register(store)
+        with pytest.raises(UnknownTableError, match="nope"):
+            store.resolve(["shopping", "nope"], RR)
+        with pytest.raises(NoConsistentBarrierError) as e:
+            store.resolve(["shopping"], RR)
+        assert e.value.lagging == ("shopping",)
+
+    def test_resolve_levels(self, store: MetadataStore) -> None:
+        register(store)
+        store.issue_barrier()
+        store.issue_barrier()
+        root = store.attach("load_shopping").token
+        amount = store.attach("sum_amount").token
+        price = store.attach("sum_price").token
+        run_barrier(store, "load_shopping", root)
+        run_barrier(store, "load_shopping", root)
+        run_barrier(store, "sum_amount", amount)
+        run_barrier(store, "sum_amount", amount, write=False)
+        run_barrier(store, "sum_price", price)
+        assert store.resolve(AGGREGATES, RR).barrier_id == 1
+        assert store.resolve(AGGREGATES, RC).barrier_id == 1
+        ru = store.resolve(AGGREGATES, RU)
+        assert ru.barrier_id is None
+        assert ru.barriers == {"user_item_amount": 2, "user_item_price": 1}
+        run_barrier(store, "sum_price", price, write=False)
+        assert store.resolve(AGGREGATES, RC).barrier_id == 2
+        assert store.resolve(AGGREGATES, RR).barrier_id == 1
+        snapshot_set = store.resolve(AGGREGATES, RC)
+        assert snapshot_set.snapshots == {t: snapshot_id(t, 2) for t in AGGREGATES}
+
+    def test_resolve_across_a_history_gap(self, store: MetadataStore) -> None:
+        register(store)
+        root = store.attach("load_shopping").token
+        for _ in range(3):
+            store.issue_barrier()
+            run_barrier(store, "load_shopping", root)
+        store.register_job(JobSpec("late", sinks=("late_table",)))
+        late = store.attach("late").token
+        store.issue_barrier()
+        run_barrier(store, "late", late)  # late_table starts at 4
+        store.issue_barrier()
+        run_barrier(store, "late", late)  # late_table at 5, shopping still at 3
+        with pytest.raises(NoConsistentBarrierError) as e:
+            store.resolve(["shopping", "late_table"], RR)
+        assert "shopping" in e.value.lagging
+        run_barrier(store, "load_shopping", root)
+        assert store.resolve(["shopping", "late_table"], RR).barrier_id == 4
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def test_lease_lifecycle(self, store: MetadataStore, clock: Any) -> None:
+        register(store)
+        store.issue_barrier()
+        run_barrier(store, "load_shopping", store.attach("load_shopping").token)
+        lease = store.acquire_lease(["shopping"], RR, ttl_s=60, holder="dash")
+        assert lease.snapshot_set.barrier_id == 1
+        assert [le.lease_id for le in store.active_leases()] == [lease.lease_id]
+        clock.advance(30)
+        renewed = store.renew_lease(lease.lease_id, ttl_s=60)
+        assert renewed.expires_at > lease.expires_at
+        assert renewed.snapshot_set.snapshots == lease.snapshot_set.snapshots
+        store.release_lease(lease.lease_id)
+        store.release_lease(lease.lease_id)
+        assert store.active_leases() == []
+        with pytest.raises(LeaseError, match="unknown or released"):
+            store.renew_lease(lease.lease_id)
+
+    def test_lease_expires_if_reader_dies(self, store: MetadataStore, clock: Any) -> None:
+        register(store)
+        store.issue_barrier()
+        run_barrier(store, "load_shopping", store.attach("load_shopping").token)
+        lease = store.acquire_lease(["shopping"], RR, ttl_s=10)
+        clock.advance(11)
+        assert store.active_leases() == []
+        with pytest.raises(LeaseError, match="expired"):
+            store.renew_lease(lease.lease_id)
+
+    def test_lease_needs_a_consistent_barrier(self, store: MetadataStore) -> None:
+        register(store)
+        with pytest.raises(NoConsistentBarrierError):
+            store.acquire_lease(["shopping"], RR)
+        assert store.active_leases() == []
