@@ -102,10 +102,23 @@ class DependentJobsError(TopologyError):
     def __init__(self, job_id: str, dependents: Sequence[str]) -> None:
         super().__init__(
             f"job {job_id!r} cannot be unregistered: its tables are read by "
-            f"{_names(dependents)}; unregister those jobs first"
+            f"{_names(dependents)}, which would wait forever; unregister those jobs first, "
+            "or force it (e.g. to re-register the job with a new definition)"
         )
         self.job_id = job_id
         self.dependents = tuple(dependents)
+
+
+class PendingCommitsError(TopologyError):
+    """A job cannot be unregistered while it has pre-committed, unpublished barriers."""
+
+    def __init__(self, job_id: str, barriers: Sequence[int]) -> None:
+        super().__init__(
+            f"job {job_id!r} has pending commits for barrier(s) {list(barriers)}; let the "
+            "job publish them, or force the unregistration to abort them"
+        )
+        self.job_id = job_id
+        self.barriers = tuple(barriers)
 
 
 class UnknownJobError(LockstepError):
@@ -173,8 +186,9 @@ class NoConsistentBarrierError(LockstepError):
     def __init__(
         self, level: str, tables: Sequence[str], lagging: Sequence[str], detail: str
     ) -> None:
+        what = "no version" if level == "read_uncommitted" else f"no barrier ({level})"
         super().__init__(
-            f"no barrier is {level} in all of {_names(tables)}: {detail}; lagging: "
+            f"{what} is readable in all of {_names(tables)}: {detail}; lagging: "
             f"{_names(lagging)}. Wait for the lagging tables' jobs, or read fewer tables"
         )
         self.level = level

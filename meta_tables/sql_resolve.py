@@ -13,24 +13,14 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from lockstep.barrier.model import TableVersion, VersionState
+from lockstep.barrier.model import VersionState
 from lockstep.errors import NoConsistentBarrierError, UnknownTableError
 from lockstep.meta_tables.schema import TableRow, TableVersionRow
+from lockstep.meta_tables.sql_rows import to_version
 from lockstep.readers.model import ConsistencyLevel, SnapshotSet
 
 TV = TableVersionRow
 WRITTEN = VersionState.WRITTEN.value
-
-
-def to_version(row: TableVersionRow) -> TableVersion:
-    return TableVersion(
-        table=row.table_name,
-        barrier_id=row.barrier_id,
-        snapshot_id=row.snapshot_id,
-        state=VersionState(row.state),
-        processed_at=row.processed_at,
-        written_at=row.written_at,
-    )
 
 
 def require_tables(session: Session, tables: Sequence[str]) -> None:

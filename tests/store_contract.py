@@ -17,13 +17,14 @@ from lockstep.barrier.model import VersionState
 from lockstep.errors import (
     ConcurrentWriterError,
     CycleError,
+    DependentJobsError,
     FencedError,
     InvalidNameError,
     JobExistsError,
     LeaseError,
     NoConsistentBarrierError,
+    PendingCommitsError,
     ProtocolError,
-    TopologyError,
     UnknownJobError,
     UnknownTableError,
 )
@@ -100,6 +101,11 @@ class StoreContract:
         register(store)
         with pytest.raises(UnknownJobError, match="nope"):
             store.unregister_job("nope")
+        before = dump(store)
+        with pytest.raises(DependentJobsError) as e:
+            store.unregister_job("load_shopping")
+        assert e.value.dependents == ("sum_amount", "sum_price")
+        assert dump(store) == before
         store.unregister_job("sum_price")
         assert [j.job_id for j in store.topology().jobs] == ["load_shopping", "sum_amount"]
         # the table and its history stay known; nobody writes it now
@@ -109,12 +115,15 @@ class StoreContract:
     def test_unregister_with_pending_commit_needs_force(self, store: MetadataStore) -> None:
         register(store)
         store.issue_barrier()
-        token = store.attach("load_shopping").token
-        run_barrier(store, "load_shopping", token, write=False)
-        with pytest.raises(TopologyError, match="pending"):
-            store.unregister_job("load_shopping")
-        store.unregister_job("load_shopping", force=True)
-        assert store.table_versions("shopping") == []
+        run_barrier(store, "load_shopping", store.attach("load_shopping").token)
+        token = store.attach("sum_amount").token
+        run_barrier(store, "sum_amount", token, write=False)
+        with pytest.raises(PendingCommitsError) as e:
+            store.unregister_job("sum_amount")
+        assert e.value.barriers == (1,)
+        store.unregister_job("sum_price")
+        store.unregister_job("sum_amount", force=True)
+        assert store.table_versions("user_item_amount") == []
 
     # -- barriers --------------------------------------------------------------------------
 

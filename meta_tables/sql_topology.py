@@ -1,0 +1,104 @@
+"""Topology operations of the SQL store: register, unregister, table status."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from datetime import datetime
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from lockstep.barrier.model import CommitState
+from lockstep.errors import DependentJobsError, JobExistsError, PendingCommitsError
+from lockstep.meta_tables import sql_protocol, sql_resolve
+from lockstep.meta_tables.schema import (
+    BarrierRow,
+    JobInstanceRow,
+    JobRow,
+    JobSinkRow,
+    JobSourceRow,
+    PendingCommitRow,
+    TableRow,
+)
+from lockstep.meta_tables.sql_rows import job_spec, load_topology, lock_job
+from lockstep.meta_tables.store import TableStatus
+from lockstep.topology.model import JobSpec, TableType
+
+
+def register_job(s: Session, spec: JobSpec, now: datetime) -> JobSpec:
+    current = load_topology(s)
+    if any(job.job_id == spec.job_id for job in current.jobs):
+        existing = current.job(spec.job_id)
+        if existing.same_definition(spec):
+            return existing
+        raise JobExistsError(spec.job_id)
+    current.with_job(spec)  # raises CycleError / ConcurrentWriterError
+    known = set(s.scalars(select(TableRow.table_name)))
+    for table in dict.fromkeys((*spec.sources, *spec.sinks)):
+        if table not in known:
+            s.add(TableRow(table_name=table, created_at=now))
+    s.add(
+        JobRow(
+            job_id=spec.job_id,
+            external_sources=json.dumps(list(spec.external_sources)),
+            # barriers issued before registration predate the job: it starts after them
+            start_after=s.scalar(select(func.max(BarrierRow.barrier_id))) or 0,
+            current_token=0,
+            registered_at=now,
+        )
+    )
+    s.flush()
+    s.add_all(
+        JobSourceRow(job_id=spec.job_id, table_name=t, position=i)
+        for i, t in enumerate(spec.sources)
+    )
+    s.add_all(
+        JobSinkRow(job_id=spec.job_id, table_name=t, position=i) for i, t in enumerate(spec.sinks)
+    )
+    return spec
+
+
+def unregister_job(s: Session, job_id: str, *, force: bool, now: datetime) -> None:
+    lock_job(s, job_id)
+    pending = sorted(
+        set(
+            s.scalars(
+                select(PendingCommitRow.barrier_id).where(
+                    PendingCommitRow.job_id == job_id,
+                    PendingCommitRow.state == CommitState.PENDING.value,
+                )
+            )
+        )
+    )
+    spec = job_spec(s, job_id)
+    if not force:
+        topo = load_topology(s)
+        dependents = sorted({r for t in spec.sinks for r in topo.readers_of(t)})
+        if dependents:
+            raise DependentJobsError(job_id, dependents)
+        if pending:
+            raise PendingCommitsError(job_id, pending)
+    for barrier_id in pending:
+        sql_protocol.abort_barrier(s, spec, barrier_id, now)
+    for model in (JobSourceRow, JobSinkRow, JobInstanceRow, JobRow):
+        s.execute(delete(model).where(model.job_id == job_id))
+
+
+def table_status(s: Session, tables: Collection[str] | None) -> list[TableStatus]:
+    topo = load_topology(s)
+    names = sorted(s.scalars(select(TableRow.table_name)))
+    if tables is not None:
+        sql_resolve.require_tables(s, list(tables))
+        names = [t for t in names if t in set(tables)]
+    in_topology = set(topo.tables)
+    return [
+        TableStatus(
+            table=t,
+            writer=topo.writer_of(t) if t in in_topology else None,
+            table_type=topo.table_type(t) if t in in_topology else TableType.UNWRITTEN,
+            latest_processed=sql_resolve.newest_barrier(s, t, written_only=False),
+            latest_written=sql_resolve.newest_barrier(s, t, written_only=True),
+        )
+        for t in names
+    ]
