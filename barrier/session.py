@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from lockstep.barrier.model import Barrier, JobInstance, RecoveryPlan, TableVersion
 from lockstep.errors import LockstepError
@@ -76,6 +77,13 @@ class JobSession:
     def report_aborted(self, barrier_id: int) -> None:
         """Roll back a PROCESSED barrier (its staged snapshots will not be published)."""
         self._store.report_aborted(self.job_id, self.token, barrier_id)
+
+    def persist_input_cut(
+        self, barrier_id: int, source: str, cut: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Persist ``source``'s input cut for a barrier; returns the cut to use (the first
+        one persisted, so a replay reads exactly the same input)."""
+        return self._store.persist_input_cut(self.job_id, self.token, barrier_id, source, cut)
 
     def recover(self) -> RecoveryPlan:
         """What to publish and what to abort before going on (after a restart)."""

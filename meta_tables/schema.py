@@ -133,6 +133,18 @@ class PendingCommitRow(Base):
     __table_args__ = (Index("ix_ls_pending_commit_job", "job_id", "state", "barrier_id"),)
 
 
+class InputCutRow(Base):
+    """A root job's persisted input cut for a barrier (seed: <barrier, source position>)."""
+
+    __tablename__ = "ls_input_cut"
+    job_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    barrier_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    source: Mapped[str] = mapped_column(String(200), primary_key=True)
+    cut: Mapped[str] = mapped_column(Text)  # JSON, source-specific (offsets, time range)
+    token: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UtcMicros)
+
+
 class JobInstanceRow(Base):
     __tablename__ = "ls_job_instance"
     job_id: Mapped[str] = mapped_column(String(200), primary_key=True)

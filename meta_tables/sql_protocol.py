@@ -7,8 +7,10 @@ report raises before anything is written.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
@@ -27,6 +29,7 @@ from lockstep.errors import ProtocolError
 from lockstep.meta_tables import sql_resolve
 from lockstep.meta_tables.schema import (
     BarrierRow,
+    InputCutRow,
     JobBarrierRow,
     JobInstanceRow,
     JobRow,
@@ -229,6 +232,49 @@ def abort_barrier(s: Session, spec: JobSpec, barrier_id: int, now: datetime) -> 
         .where(JobBarrierRow.job_id == spec.job_id, JobBarrierRow.barrier_id == barrier_id)
         .values(processed_at=None)
     )
+
+
+def persist_input_cut(
+    s: Session,
+    job_id: str,
+    token: int,
+    barrier_id: int,
+    source: str,
+    cut: Mapping[str, Any],
+    now: datetime,
+) -> dict[str, Any]:
+    job = lock_job(s, job_id)
+    protocol.check_token(job_id, token, job.current_token)
+    if s.get(BarrierRow, barrier_id) is None:
+        raise ProtocolError(job_id, barrier_id, "this barrier has not been issued yet")
+    existing = s.get(InputCutRow, (job_id, barrier_id, source))
+    if existing is not None:
+        return dict(json.loads(existing.cut))
+    try:
+        encoded = json.dumps(dict(cut), sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise ProtocolError(job_id, barrier_id, f"input cut of {source!r} is not JSON: {e}") from e
+    s.add(
+        InputCutRow(
+            job_id=job_id,
+            barrier_id=barrier_id,
+            source=source,
+            cut=encoded,
+            token=token,
+            created_at=now,
+        )
+    )
+    return dict(json.loads(encoded))
+
+
+def input_cuts(s: Session, job_id: str, barrier_id: int) -> dict[str, dict[str, Any]]:
+    get_job(s, job_id)
+    rows = s.scalars(
+        select(InputCutRow).where(
+            InputCutRow.job_id == job_id, InputCutRow.barrier_id == barrier_id
+        )
+    )
+    return {r.source: dict(json.loads(r.cut)) for r in rows}
 
 
 def recovery_plan(s: Session, job_id: str, token: int) -> RecoveryPlan:

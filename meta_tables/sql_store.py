@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from sqlalchemy import Engine, select
@@ -168,6 +168,18 @@ class SqlMetadataStore(MetadataStore):
         self._write(
             lambda s: sql_protocol.report_aborted(s, job_id, token, barrier_id, self._clock())
         )
+
+    def persist_input_cut(
+        self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return self._write(
+            lambda s: sql_protocol.persist_input_cut(
+                s, job_id, token, barrier_id, source, cut, self._clock()
+            )
+        )
+
+    def input_cuts(self, job_id: str, barrier_id: int) -> dict[str, dict[str, Any]]:
+        return self._read(lambda s: sql_protocol.input_cuts(s, job_id, barrier_id))
 
     def recovery_plan(self, job_id: str, token: int) -> RecoveryPlan:
         return self._read(lambda s: sql_protocol.recovery_plan(s, job_id, token))

@@ -12,6 +12,7 @@ import abc
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 import pyarrow as pa
 
@@ -109,6 +110,19 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
         """Roll back a PROCESSED (not WRITTEN) barrier: its staged versions are dropped."""
+
+    @abc.abstractmethod
+    def persist_input_cut(
+        self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Persist a source's input cut for a barrier before processing it.
+
+        The first cut persisted wins: a replay gets the persisted cut back, never a new one.
+        """
+
+    @abc.abstractmethod
+    def input_cuts(self, job_id: str, barrier_id: int) -> dict[str, dict[str, Any]]:
+        """The persisted input cuts of a job's barrier, per source."""
 
     @abc.abstractmethod
     def recovery_plan(self, job_id: str, token: int) -> RecoveryPlan:

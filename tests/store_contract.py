@@ -297,6 +297,22 @@ class StoreContract:
         plan = store.recovery_plan("load_shopping", token)
         assert (plan.last_written, plan.to_publish, plan.to_abort) == (2, (), (3,))
 
+    def test_input_cut_first_one_wins(self, store: MetadataStore) -> None:
+        register(store)
+        store.issue_barrier()
+        token = store.attach("load_shopping").token
+        cut = {"from": "2026-01-01T00:00:00", "to": "2026-01-01T00:01:00"}
+        assert store.persist_input_cut("load_shopping", token, 1, "orders", cut) == cut
+        # a replay (even by a new instance) gets the persisted cut, not a fresh look
+        token = store.attach("load_shopping").token
+        again = store.persist_input_cut("load_shopping", token, 1, "orders", {"from": "x"})
+        assert again == cut
+        assert store.input_cuts("load_shopping", 1) == {"orders": cut}
+        with pytest.raises(ProtocolError, match="not been issued"):
+            store.persist_input_cut("load_shopping", token, 9, "orders", cut)
+        with pytest.raises(FencedError):
+            store.persist_input_cut("load_shopping", token - 1, 1, "orders", cut)
+
     def test_job_progress_times(self, store: MetadataStore) -> None:
         register(store)
         store.issue_barrier()
