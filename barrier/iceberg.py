@@ -219,7 +219,7 @@ def commit_properties(spark: SparkSession, properties: Mapping[str, str]) -> Ite
     its documented ``withCommitProperties``, directly on the JVM thread PySpark pins to the
     calling Python thread, so SQL MERGE/UPDATE/DELETE are tagged as well as DataFrame writes.
     """
-    jvm: Any = spark._jvm  # type: ignore[attr-defined]
+    jvm: Any = spark._jvm
     field = jvm.org.apache.iceberg.spark.CommitMetadata._java_lang_class.getDeclaredField(
         "COMMIT_PROPERTIES"
     )
