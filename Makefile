@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PKG_DIRS := lockstep topology barrier readers meta_tables
+PKG_DIRS := lockstep topology barrier readers meta_tables examples
 
 .PHONY: demo test test-fast lint typecheck format clean
 
@@ -33,7 +33,7 @@ lint: $(VENV)/.installed typecheck
 typecheck: $(VENV)/.installed
 	@rm -rf .typecheck && mkdir -p .typecheck/lockstep
 	@ln -s $(CURDIR)/lockstep/*.py $(CURDIR)/lockstep/py.typed .typecheck/lockstep/
-	@for d in topology barrier readers meta_tables; do ln -s $(CURDIR)/$$d .typecheck/lockstep/$$d; done
+	@for d in topology barrier readers meta_tables examples; do ln -s $(CURDIR)/$$d .typecheck/lockstep/$$d; done
 	cd .typecheck && ../$(BIN)/mypy --config-file ../pyproject.toml -p lockstep
 
 format: $(VENV)/.installed

@@ -93,14 +93,18 @@ class IcebergTables:
     def exists(self, spark: SparkSession, table: str) -> bool:
         return bool(spark.catalog.tableExists(self.identifier(table)))
 
-    def create(self, spark: SparkSession, table: str, like: DataFrame) -> None:
-        """Create the table with ``like``'s schema (no rows), copy-on-write, WAP enabled."""
+    def create(self, spark: SparkSession, table: str, columns_ddl: str) -> None:
+        """Create the table (no snapshot yet): copy-on-write, write-audit-publish enabled.
+
+        ``columns_ddl`` is a Spark DDL column list, e.g. ``"user_id STRING, amount BIGINT"``.
+        """
         namespace = ".".join([self.catalog, *self._parts(table)[:-1]])
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
-        writer = like.limit(0).writeTo(self.identifier(table)).using("iceberg")
-        for key, value in TABLE_PROPERTIES.items():
-            writer = writer.tableProperty(key, value)
-        writer.createOrReplace()
+        properties = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {self.identifier(table)} ({columns_ddl}) USING iceberg "
+            f"TBLPROPERTIES ({properties})"
+        )
 
     def ref_head(self, spark: SparkSession, table: str, ref: str) -> int | None:
         rows = spark.sql(

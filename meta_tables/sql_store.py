@@ -19,7 +19,14 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from lockstep.barrier.model import Barrier, JobInstance, JobProgress, RecoveryPlan, TableVersion
+from lockstep.barrier.model import (
+    Barrier,
+    JobInstance,
+    JobProgress,
+    RecoveryPlan,
+    TableVersion,
+    VersionState,
+)
 from lockstep.errors import LockstepError, StoreError
 from lockstep.meta_tables import (
     export,
@@ -122,6 +129,9 @@ class SqlMetadataStore(MetadataStore):
     def issue_barrier(self) -> Barrier:
         return self._write(lambda s: sql_protocol.issue_barrier(s, self._clock()))
 
+    def get_barrier(self, barrier_id: int) -> Barrier:
+        return self._read(lambda s: sql_rows.barrier(s, barrier_id))
+
     def list_barriers(self, *, limit: int | None = None) -> list[Barrier]:
         query = select(BarrierRow).order_by(BarrierRow.barrier_id.desc()).limit(limit)
         return self._read(lambda s: [Barrier(r.barrier_id, r.ts) for r in s.scalars(query)])
@@ -197,6 +207,26 @@ class SqlMetadataStore(MetadataStore):
                 JobProgress(job_id, r.barrier_id, r.started_at, r.processed_at, r.written_at)
                 for r in rows
             ]
+
+        return self._read(work)
+
+    def version_as_of(
+        self, table: str, barrier_id: int, *, written_only: bool = True
+    ) -> TableVersion | None:
+        def work(s: Session) -> TableVersion | None:
+            sql_resolve.require_tables(s, [table])
+            query = (
+                select(TableVersionRow)
+                .where(
+                    TableVersionRow.table_name == table, TableVersionRow.barrier_id <= barrier_id
+                )
+                .order_by(TableVersionRow.barrier_id.desc())
+                .limit(1)
+            )
+            if written_only:
+                query = query.where(TableVersionRow.state == VersionState.WRITTEN.value)
+            row = s.scalars(query).first()
+            return sql_rows.to_version(row) if row is not None else None
 
         return self._read(work)
 

@@ -73,6 +73,10 @@ class MetadataStore(abc.ABC):
         """Issue the next barrier: id = previous + 1, ts strictly after the previous ts."""
 
     @abc.abstractmethod
+    def get_barrier(self, barrier_id: int) -> Barrier:
+        """One issued barrier; raises UnknownBarrierError."""
+
+    @abc.abstractmethod
     def list_barriers(self, *, limit: int | None = None) -> list[Barrier]:
         """Issued barriers, newest first."""
 
@@ -131,6 +135,12 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def job_progress(self, job_id: str, *, limit: int | None = None) -> list[JobProgress]:
         """The job's progress per barrier, newest first."""
+
+    @abc.abstractmethod
+    def version_as_of(
+        self, table: str, barrier_id: int, *, written_only: bool = True
+    ) -> TableVersion | None:
+        """The table's newest version at or before ``barrier_id`` (None if none)."""
 
     @abc.abstractmethod
     def table_versions(self, table: str, *, limit: int | None = None) -> list[TableVersion]:

@@ -25,6 +25,7 @@ from lockstep.errors import (
     NoConsistentBarrierError,
     PendingCommitsError,
     ProtocolError,
+    UnknownBarrierError,
     UnknownJobError,
     UnknownTableError,
 )
@@ -296,6 +297,24 @@ class StoreContract:
         token = store.attach("load_shopping").token
         plan = store.recovery_plan("load_shopping", token)
         assert (plan.last_written, plan.to_publish, plan.to_abort) == (2, (), (3,))
+
+    def test_point_lookups(self, store: MetadataStore) -> None:
+        register(store)
+        token = store.attach("load_shopping").token
+        for _ in range(3):
+            store.issue_barrier()
+        run_barrier(store, "load_shopping", token)
+        run_barrier(store, "load_shopping", token, write=False)
+        assert store.get_barrier(2).barrier_id == 2
+        with pytest.raises(UnknownBarrierError):
+            store.get_barrier(9)
+        written = store.version_as_of("shopping", 3)
+        assert written is not None
+        assert written.barrier_id == 1
+        staged = store.version_as_of("shopping", 3, written_only=False)
+        assert staged is not None
+        assert (staged.barrier_id, staged.state) == (2, VersionState.PROCESSED)
+        assert store.version_as_of("shopping", 0) is None
 
     def test_input_cut_first_one_wins(self, store: MetadataStore) -> None:
         register(store)

@@ -1,0 +1,214 @@
+"""The Spark job runtime: how a user writes an ETL job, and the loop that runs it.
+
+A :class:`Job` declares its sources, sinks (and root sources) and a step function. For each
+barrier the runtime: persists the input cut, resets the sinks' staging branches, runs the
+step (every commit tagged with the barrier), stages an empty commit for a sink the step did
+not write, reports PROCESSED, publishes (fast-forward), reports WRITTEN. Each step is safe
+to crash in between: on restart, :meth:`JobRunner.recover` publishes pre-committed barriers
+(skipping what main already has) and resets dirty ones, which are then replayed from their
+persisted cut: same input, same output.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from lockstep.barrier.context import BarrierContext
+from lockstep.barrier.iceberg import (
+    BARRIER_PROPERTY,
+    JOB_PROPERTY,
+    IcebergTables,
+    commit_properties,
+)
+from lockstep.barrier.model import Barrier
+from lockstep.barrier.sources import RootSource
+from lockstep.errors import LockstepError
+from lockstep.topology.model import JobSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lockstep.barrier.session import JobSession
+    from lockstep.facade import Lockstep
+
+StepFn = Callable[[BarrierContext], None]
+Progress = Callable[[str], None]
+FAULT_ENV = "LOCKSTEP_FAULT"  # test fault injection: "<point>:<barrier_id>" SIGKILLs the job
+FAULT_POINTS = ("started", "after_stage", "after_processed", "after_publish", "after_written")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A Lockstep ETL job: what it reads and writes, and what it does per barrier.
+
+    ``schemas`` optionally declares a sink's columns (Spark DDL) so it can be created before
+    the step first writes rows to it.
+    """
+
+    job_id: str
+    step: StepFn
+    sources: Sequence[str] = ()
+    sinks: Sequence[str] = ()
+    root_sources: Sequence[RootSource] = ()
+    schemas: Mapping[str, str] = field(default_factory=dict)
+
+    def spec(self) -> JobSpec:
+        return JobSpec(
+            self.job_id,
+            sources=tuple(self.sources),
+            sinks=tuple(self.sinks),
+            external_sources=tuple(s.name for s in self.root_sources),
+        )
+
+
+class JobRunner:
+    """Runs one job against a coordinator on its own Spark session.
+
+    >>> # doctest: +SKIP
+    >>> runner = JobRunner(ls, job, spark.newSession(), tables)
+    >>> runner.run(max_barriers=3)
+    """
+
+    def __init__(
+        self,
+        ls: Lockstep,
+        job: Job,
+        spark: SparkSession,
+        tables: IcebergTables,
+        *,
+        progress: Progress | None = None,
+    ) -> None:
+        self.ls = ls
+        self.job = job
+        self.spark = spark
+        self.tables = tables
+        self._progress = progress or (lambda _message: None)
+        self._session: JobSession | None = None
+
+    @property
+    def session(self) -> JobSession:
+        if self._session is None:
+            raise LockstepError(f"job {self.job.job_id!r} is not started; call start() first")
+        return self._session
+
+    def start(self) -> JobSession:
+        """Register (idempotent), attach as a new instance (fencing older ones), recover."""
+        self.ls.store.register_job(self.job.spec())
+        self._session = self.ls.attach(self.job.job_id)
+        self.recover()
+        return self._session
+
+    # -- recovery ------------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        plan = self.session.recover()
+        for barrier_id in sorted({p.barrier_id for p in plan.to_publish}):
+            for table in self.job.sinks:
+                self._publish(table, barrier_id)
+            self.session.report_written(barrier_id, self._main_heads())
+            self._progress(f"{self.job.job_id}: recovered barrier {barrier_id} (published)")
+        for barrier_id in plan.to_abort:
+            for table in self.job.sinks:
+                if self.tables.exists(self.spark, table):
+                    self.tables.reset_branch(self.spark, table, self.job.job_id)
+            self._progress(f"{self.job.job_id}: dropped dirty barrier {barrier_id}; replaying it")
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def run(
+        self,
+        *,
+        max_barriers: int | None = None,
+        stop: threading.Event | None = None,
+        poll_s: float = 0.1,
+    ) -> int:
+        """Process barriers as they become available; returns how many were processed.
+
+        Stops after ``max_barriers``, or when ``stop`` is set (checked between barriers and
+        while waiting for the next one).
+        """
+        if self._session is None:
+            self.start()
+        done = 0
+        stop = stop or threading.Event()
+        while max_barriers is None or done < max_barriers:
+            barrier = self.session.next_barrier()
+            if barrier is None:
+                if stop.wait(poll_s):
+                    break
+                continue
+            self.run_barrier(barrier)
+            done += 1
+            if stop.is_set():
+                break
+        return done
+
+    def run_barrier(self, barrier: Barrier) -> None:
+        """Process one barrier through the whole protocol (DESIGN §4)."""
+        b = barrier.barrier_id
+        job_id = self.job.job_id
+        _fault_point("started", b)
+        previous = self._previous_barrier(b)
+        cuts = {
+            source.name: self.session.persist_input_cut(
+                b, source.name, source.plan_cut(barrier, previous)
+            )
+            for source in self.job.root_sources
+        }
+        for table in self.job.sinks:
+            if self.tables.exists(self.spark, table):
+                self.tables.reset_branch(self.spark, table, job_id)
+        ctx = BarrierContext(
+            ls=self.ls,
+            job=self.job,
+            spark=self.spark,
+            tables=self.tables,
+            barrier=barrier,
+            previous=previous,
+            cuts=cuts,
+        )
+        with commit_properties(self.spark, {BARRIER_PROPERTY: str(b), JOB_PROPERTY: job_id}):
+            self.job.step(ctx)
+            ctx.finish()  # an empty tagged commit for every sink the step did not write
+        _fault_point("after_stage", b)
+        staged = {t: self.tables.staged_head(self.spark, t, job_id) for t in self.job.sinks}
+        self.session.report_processed(b, staged)
+        _fault_point("after_processed", b)
+        for table in self.job.sinks:
+            self._publish(table, b)
+        _fault_point("after_publish", b)
+        self.session.report_written(b, self._main_heads())
+        _fault_point("after_written", b)
+        self._progress(f"{job_id}: barrier {b} written")
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _previous_barrier(self, barrier_id: int) -> Barrier | None:
+        """The job's last written barrier before this one (None on its first barrier)."""
+        written = [
+            p.barrier_id
+            for p in self.ls.store.job_progress(self.job.job_id, limit=4)
+            if p.written_at is not None and p.barrier_id < barrier_id
+        ]
+        return self.ls.store.get_barrier(max(written)) if written else None
+
+    def _publish(self, table: str, barrier_id: int) -> None:
+        """Fast-forward main to the staged barrier, unless main already holds it."""
+        published = self.tables.main_barrier(self.spark, table)
+        if published is not None and published >= barrier_id:
+            return  # published before a crash: never publish twice
+        self.tables.publish(self.spark, table, self.job.job_id)
+
+    def _main_heads(self) -> dict[str, int | None]:
+        return {t: self.tables.ref_head(self.spark, t, "main") for t in self.job.sinks}
+
+
+def _fault_point(point: str, barrier_id: int) -> None:
+    """Crash here (SIGKILL, no cleanup) if the fault-injection variable says so."""
+    if os.environ.get(FAULT_ENV) == f"{point}:{barrier_id}":
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,1 @@
+"""Example pipelines, importable as ``lockstep.examples.<name>`` (copy them as a start)."""
