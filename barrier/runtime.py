@@ -69,9 +69,8 @@ class Job:
 class JobRunner:
     """Runs one job against a coordinator on its own Spark session.
 
-    >>> # doctest: +SKIP
-    >>> runner = JobRunner(ls, job, spark.newSession(), tables)
-    >>> runner.run(max_barriers=3)
+    >>> runner = JobRunner(ls, job, spark.newSession(), tables)  # doctest: +SKIP
+    >>> runner.run(max_barriers=3)  # doctest: +SKIP
     """
 
     def __init__(

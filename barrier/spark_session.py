@@ -78,8 +78,8 @@ class SparkConfig:
 def create_spark_session(config: SparkConfig) -> SparkSession:
     """Build (or reuse) the process's SparkSession for ``config``.
 
-    >>> # doctest: +SKIP
-    >>> spark = create_spark_session(SparkConfig(warehouse=Path(".lockstep/warehouse")))
+    >>> config = SparkConfig(warehouse=Path(".lockstep/warehouse"))
+    >>> spark = create_spark_session(config)  # doctest: +SKIP
     """
     try:
         from pyspark.sql import SparkSession

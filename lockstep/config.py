@@ -27,6 +27,7 @@ class LockstepConfig(BaseModel):
     store_url: str
     home: Path | None = None
     warehouse: Path | None = None
+    catalog: str = "lockstep"  # the Spark catalog name of the warehouse
 
     @classmethod
     def from_target(cls, target: str | os.PathLike[str] | None = None) -> LockstepConfig:

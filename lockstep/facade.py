@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
+from lockstep.barrier.iceberg import IcebergTables
 from lockstep.barrier.model import Barrier
 from lockstep.barrier.session import JobSession
 from lockstep.config import LockstepConfig
-from lockstep.errors import LockstepError
+from lockstep.errors import ConfigurationError, LockstepError
 from lockstep.meta_tables.query import run_meta_query
 from lockstep.meta_tables.schema import to_micros
 from lockstep.meta_tables.store import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
@@ -20,6 +21,9 @@ from lockstep.readers.model import ConsistencyLevel, SnapshotSet
 from lockstep.readers.session import ReadSession
 from lockstep.topology.graph import LineageEntry, Topology
 from lockstep.topology.model import JobSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 Level = ConsistencyLevel | Literal["read_uncommitted", "read_committed", "repeatable_read"]
 
@@ -115,7 +119,35 @@ class Lockstep:
             ttl_s=ttl_s,
             holder=holder or f"pid:{os.getpid()}",
         )
-        return ReadSession(self.store, lease)
+        return ReadSession(
+            self.store, lease, self.iceberg if self.config.warehouse is not None else None
+        )
+
+    # -- Iceberg and Spark ------------------------------------------------------------------
+
+    @property
+    def iceberg(self) -> IcebergTables:
+        """The warehouse's Iceberg tables (names, staging, reads)."""
+        if self.config.warehouse is None:
+            raise ConfigurationError(
+                "this connection has no Iceberg warehouse: connect to a Lockstep home "
+                "directory (lockstep.connect(PATH)) rather than a bare store URL"
+            )
+        return IcebergTables(self.config.catalog, self.config.warehouse)
+
+    def spark(self, **settings: str) -> SparkSession:
+        """A SparkSession on this home's warehouse (local by default; ``master=`` and any
+        ``spark.*`` setting override)."""
+        from lockstep.barrier.spark_session import SparkConfig, create_spark_session
+
+        master = settings.pop("master", "local[2]")
+        config = SparkConfig(
+            warehouse=self.iceberg.warehouse,
+            catalog=self.iceberg.catalog,
+            master=master,
+            extra=settings,
+        )
+        return create_spark_session(config)
 
     def sql(self, query: str, *, max_rows: int | None = None) -> pa.Table:
         """Run a read-only SQL query over the ``__META_*`` views; returns Arrow."""

@@ -1,11 +1,29 @@
-"""A consistent read: a snapshot set held under a lease until the session is closed."""
+"""A consistent read: a snapshot set held under a lease until the session is closed.
+
+The session reads exactly the leased snapshots, through pyiceberg (Arrow), DuckDB or Spark,
+so every table is seen at the same barrier and re-reading returns the same data.
+"""
 
 from __future__ import annotations
 
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from lockstep.meta_tables.store import MetadataStore
-from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
+from lockstep.errors import ConfigurationError, UnknownTableError
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+    from lockstep.barrier.iceberg import IcebergTables
+    from lockstep.meta_tables.store import MetadataStore
+    from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
+
+
+def view_name(table: str) -> str:
+    """The SQL view a table is registered under (``shop.orders`` -> ``shop_orders``)."""
+    return table.replace(".", "_")
 
 
 class ReadSession:
@@ -16,9 +34,12 @@ class ReadSession:
     :meth:`renew` to keep a long read alive.
     """
 
-    def __init__(self, store: MetadataStore, lease: Lease) -> None:
+    def __init__(
+        self, store: MetadataStore, lease: Lease, tables: IcebergTables | None = None
+    ) -> None:
         self._store = store
         self._lease = lease
+        self._tables = tables
         self._closed = False
 
     @property
@@ -40,6 +61,52 @@ class ReadSession:
     @property
     def snapshots(self) -> dict[str, int | None]:
         return self.snapshot_set.snapshots
+
+    # -- data ------------------------------------------------------------------------------------
+
+    def _iceberg(self) -> IcebergTables:
+        if self._tables is None:
+            raise ConfigurationError(
+                "this read has no Iceberg warehouse to read from; connect to a Lockstep home"
+            )
+        return self._tables
+
+    def _snapshot(self, table: str) -> int | None:
+        if table not in self.snapshots:
+            raise UnknownTableError(
+                [table], hint=f"this read holds {', '.join(self.snapshots)}; read it too"
+            )
+        return self.snapshots[table]
+
+    def arrow(self, table: str, *, filter: str | None = None) -> pa.Table:
+        """The table at its leased snapshot, as Arrow (pyiceberg; ``filter`` is pushed into
+        the Iceberg scan, e.g. ``"user_id = 'user1'"``)."""
+        return self._iceberg().arrow_at(table, self._snapshot(table), row_filter=filter)
+
+    def duckdb(
+        self, connection: duckdb.DuckDBPyConnection | None = None
+    ) -> duckdb.DuckDBPyConnection:
+        """A DuckDB connection with one view per table, at the leased snapshots."""
+        import duckdb
+
+        con = connection or duckdb.connect()
+        for table in self.snapshots:
+            name = view_name(table)
+            con.register(f"__lockstep_{name}", self.arrow(table))
+            con.execute(f'CREATE OR REPLACE VIEW "{name}" AS SELECT * FROM "__lockstep_{name}"')
+        return con
+
+    def spark(self, spark: SparkSession) -> list[str]:
+        """Register a Spark temp view per table pinned to its leased snapshot; returns the
+        view names (``shop.orders`` -> ``shop_orders``)."""
+        names = []
+        for table in self.snapshots:
+            frame = self._iceberg().read_at(spark, table, self._snapshot(table))
+            frame.createOrReplaceTempView(view_name(table))
+            names.append(view_name(table))
+        return names
+
+    # -- lease -----------------------------------------------------------------------------------
 
     def renew(self, *, ttl_s: float | None = None) -> Lease:
         """Extend the lease (by its original ttl unless given)."""

@@ -1,0 +1,48 @@
+"""The ``__META_*`` views as Spark temp views, so lineage and delay are queryable from
+Spark SQL (a snapshot of the meta tables at registration time)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from lockstep.meta_tables.views import VIEWS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lockstep.facade import Lockstep
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    """A Spark DDL column list for an Arrow schema (the types the meta views use)."""
+
+    def spark_type(kind: pa.DataType) -> str:
+        if pa.types.is_integer(kind):
+            return "bigint"
+        if pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+            return "double"
+        if pa.types.is_timestamp(kind):
+            return "timestamp"
+        if pa.types.is_boolean(kind):
+            return "boolean"
+        return "string"
+
+    return ", ".join(f"`{f.name}` {spark_type(f.type)}" for f in schema)
+
+
+def register_meta_views(ls: Lockstep, spark: SparkSession) -> list[str]:
+    """Register every ``__META_*`` view in ``spark``; returns their names.
+
+    >>> register_meta_views(ls, spark)  # doctest: +SKIP
+    >>> spark.sql("SELECT * FROM __META_LINEAGE").show()  # doctest: +SKIP
+    """
+    names = []
+    for view in VIEWS:
+        table = ls.sql(f"SELECT * FROM {view.name}")
+        rows = [tuple(r.values()) for r in table.to_pylist()]
+        frame = spark.createDataFrame(rows, schema=spark_ddl(table.schema))
+        frame.createOrReplaceTempView(view.name)
+        names.append(view.name)
+    return names
