@@ -90,6 +90,25 @@ class IcebergTables:
 
     # -- Spark: tables and branches ----------------------------------------------------------
 
+    def catalog_settings(self) -> dict[str, str]:
+        """Spark settings that define this catalog (a Hadoop catalog over the warehouse)."""
+        key = f"spark.sql.catalog.{self.catalog}"
+        return {
+            key: "org.apache.iceberg.spark.SparkCatalog",
+            f"{key}.type": "hadoop",
+            f"{key}.warehouse": str(self.warehouse),
+            # Several jobs share one JVM, each with its own session: a caching catalog would
+            # hide one session's commits from another (and fail their next branch write).
+            f"{key}.cache-enabled": "false",
+        }
+
+    def register_catalog(self, spark: SparkSession) -> None:
+        """Make this catalog usable in ``spark`` (any session, e.g. ``newSession()``, whose
+        settings do not define it yet). Idempotent."""
+        for key, value in self.catalog_settings().items():
+            if spark.conf.get(key, None) != value:
+                spark.conf.set(key, value)
+
     def exists(self, spark: SparkSession, table: str) -> bool:
         return bool(spark.catalog.tableExists(self.identifier(table)))
 

@@ -88,6 +88,7 @@ class JobRunner:
         self.tables = tables
         self._progress = progress or (lambda _message: None)
         self._session: JobSession | None = None
+        tables.register_catalog(spark)
 
     @property
     def session(self) -> JobSession:
@@ -124,12 +125,14 @@ class JobRunner:
         *,
         max_barriers: int | None = None,
         stop: threading.Event | None = None,
+        until_idle: bool = False,
         poll_s: float = 0.1,
     ) -> int:
         """Process barriers as they become available; returns how many were processed.
 
-        Stops after ``max_barriers``, or when ``stop`` is set (checked between barriers and
-        while waiting for the next one).
+        Stops after ``max_barriers``, when ``stop`` is set (checked between barriers and
+        while waiting for the next one), or, with ``until_idle``, as soon as no barrier is
+        available to the job.
         """
         if self._session is None:
             self.start()
@@ -138,7 +141,7 @@ class JobRunner:
         while max_barriers is None or done < max_barriers:
             barrier = self.session.next_barrier()
             if barrier is None:
-                if stop.wait(poll_s):
+                if until_idle or stop.wait(poll_s):
                     break
                 continue
             self.run_barrier(barrier)

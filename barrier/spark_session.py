@@ -54,15 +54,11 @@ class SparkConfig:
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def settings(self) -> dict[str, str]:
-        cat = f"spark.sql.catalog.{self.catalog}"
+        from lockstep.barrier.iceberg import IcebergTables
+
         settings = {
             "spark.sql.extensions": EXTENSIONS,
-            cat: "org.apache.iceberg.spark.SparkCatalog",
-            f"{cat}.type": "hadoop",
-            f"{cat}.warehouse": str(self.warehouse),
-            # Several jobs share one JVM, each with its own session: a caching catalog would
-            # hide one session's commits from another (and fail their next branch write).
-            f"{cat}.cache-enabled": "false",
+            **IcebergTables(self.catalog, self.warehouse).catalog_settings(),
             "spark.sql.shuffle.partitions": "2",
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",

@@ -100,6 +100,7 @@ class ReadSession:
         """Register a Spark temp view per table pinned to its leased snapshot; returns the
         view names (``shop.orders`` -> ``shop_orders``)."""
         names = []
+        self._iceberg().register_catalog(spark)
         for table in self.snapshots:
             frame = self._iceberg().read_at(spark, table, self._snapshot(table))
             frame.createOrReplaceTempView(view_name(table))

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from lockstep.config import LockstepConfig
 from lockstep.facade import Lockstep
 from lockstep.meta_tables.sql_store import SqlMetadataStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 class FakeClock:
@@ -47,3 +52,39 @@ def sqlite_store(sqlite_url: str, clock: FakeClock) -> Iterator[SqlMetadataStore
 @pytest.fixture
 def ls(sqlite_store: SqlMetadataStore, sqlite_url: str) -> Lockstep:
     return Lockstep(sqlite_store, LockstepConfig(store_url=sqlite_url))
+
+
+# --- Spark ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def spark_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """One local SparkSession (one JVM) for the whole test run."""
+    pytest.importorskip("pyspark")
+    from lockstep.barrier.spark_session import SparkConfig, create_spark_session
+
+    spark = create_spark_session(SparkConfig(warehouse=tmp_path_factory.mktemp("warehouse")))
+    yield spark
+    spark.stop()
+
+
+@pytest.fixture
+def spark_ls(spark_base: SparkSession, tmp_path: Path, clock: FakeClock) -> Iterator[Lockstep]:
+    """A fresh Lockstep home with its own Iceberg warehouse and Spark catalog name.
+
+    Uses the real clock (Spark work takes real time); ``spark_ls.spark()`` is not needed:
+    use ``spark_base.newSession()`` per job, the runtime registers the catalog on it.
+    """
+    home = tmp_path / "home"
+    config = LockstepConfig(
+        store_url=f"sqlite:///{home / 'lockstep.db'}",
+        home=home,
+        warehouse=home / "warehouse",
+        catalog=f"ls_{uuid.uuid4().hex[:10]}",
+    )
+    config.prepare()
+    store = SqlMetadataStore.open(config.store_url)
+    ls = Lockstep(store, config)
+    ls.iceberg.register_catalog(spark_base)
+    yield ls
+    store.close()
