@@ -6,7 +6,7 @@ import json
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import CommitState
@@ -25,8 +25,19 @@ from lockstep.meta_tables.sql_rows import job_spec, load_topology, lock_job
 from lockstep.meta_tables.store import TableStatus
 from lockstep.topology.model import JobSpec, TableType
 
+_PG_TOPOLOGY_LOCK = 0x4C53544F  # advisory lock key: one topology change at a time
+
+
+def lock_topology(s: Session) -> None:
+    """Serialize topology changes: a cycle spans several jobs, so no single row or unique
+    key can catch two concurrent registrations that close one. SQLite's write transaction
+    (BEGIN IMMEDIATE) already serializes; PostgreSQL takes a transaction advisory lock."""
+    if s.get_bind().dialect.name == "postgresql":
+        s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_TOPOLOGY_LOCK})
+
 
 def register_job(s: Session, spec: JobSpec, now: datetime) -> JobSpec:
+    lock_topology(s)
     current = load_topology(s)
     if any(job.job_id == spec.job_id for job in current.jobs):
         existing = current.job(spec.job_id)
@@ -60,6 +71,7 @@ def register_job(s: Session, spec: JobSpec, now: datetime) -> JobSpec:
 
 
 def unregister_job(s: Session, job_id: str, *, force: bool, now: datetime) -> None:
+    lock_topology(s)
     lock_job(s, job_id)
     pending = sorted(
         set(
