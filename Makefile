@@ -13,7 +13,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,spark]' --config-settings editable_mode=strict
+	$(BIN)/pip install -q -e '.[dev,spark,service]' --config-settings editable_mode=strict
 	touch $@
 
 demo: $(VENV)/.installed
@@ -32,7 +32,7 @@ lint: $(VENV)/.installed typecheck
 # mypy needs the lockstep.* namespace as files: build a link tree and check it.
 typecheck: $(VENV)/.installed
 	@rm -rf .typecheck && mkdir -p .typecheck/lockstep
-	@ln -s $(CURDIR)/lockstep/*.py $(CURDIR)/lockstep/py.typed .typecheck/lockstep/
+	@ln -s $(CURDIR)/lockstep/*.py $(CURDIR)/lockstep/py.typed $(CURDIR)/lockstep/service .typecheck/lockstep/
 	@for d in topology barrier readers meta_tables examples; do ln -s $(CURDIR)/$$d .typecheck/lockstep/$$d; done
 	cd .typecheck && ../$(BIN)/mypy --config-file ../pyproject.toml -p lockstep
 

@@ -37,13 +37,15 @@ class LockstepConfig(BaseModel):
         text = os.fspath(target)
         if "://" in text:
             scheme = text.split("://", 1)[0].lower()
+            if scheme in ("http", "https"):
+                return cls(store_url=text.rstrip("/"))
             if scheme.startswith(("sqlite", "postgresql", "postgres")):
                 if scheme.startswith("postgres") and not scheme.startswith("postgresql"):
                     text = "postgresql" + text[len(scheme) :]
                 return cls(store_url=text)
             raise ConfigurationError(
                 f"unsupported target {text!r}: give a home directory, a sqlite:/// or "
-                "postgresql:// store URL"
+                "postgresql:// store URL, or an http:// coordinator service"
             )
         home = Path(text).expanduser().resolve()
         if home.exists() and not home.is_dir():
@@ -51,6 +53,11 @@ class LockstepConfig(BaseModel):
         return cls(
             store_url=f"sqlite:///{home / STORE_FILE}", home=home, warehouse=home / WAREHOUSE_DIR
         )
+
+    @property
+    def is_remote(self) -> bool:
+        """A coordinator service reached over HTTP (not a store opened in-process)."""
+        return self.store_url.startswith(("http://", "https://"))
 
     def prepare(self) -> None:
         """Create the home and warehouse directories (on first use, not at import)."""

@@ -22,6 +22,10 @@ class LockstepError(Exception):
 # --- configuration and store -------------------------------------------------------------
 
 
+class InvalidRequestError(LockstepError):
+    """A request to the coordinator service is malformed (missing or mistyped fields)."""
+
+
 class ConfigurationError(LockstepError):
     """The configuration (home, store URL, settings) is unusable."""
 

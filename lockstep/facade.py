@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
@@ -14,8 +15,6 @@ from lockstep.barrier.model import Barrier
 from lockstep.barrier.session import JobSession
 from lockstep.config import LockstepConfig
 from lockstep.errors import ConfigurationError, LockstepError
-from lockstep.meta_tables.query import run_meta_query
-from lockstep.meta_tables.schema import to_micros
 from lockstep.meta_tables.store import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
 from lockstep.readers.model import ConsistencyLevel, SnapshotSet
 from lockstep.readers.session import ReadSession
@@ -151,9 +150,7 @@ class Lockstep:
 
     def sql(self, query: str, *, max_rows: int | None = None) -> pa.Table:
         """Run a read-only SQL query over the ``__META_*`` views; returns Arrow."""
-        return run_meta_query(
-            query, self.store.export_tables, now_us=to_micros(self.store.now()), max_rows=max_rows
-        )
+        return self.store.query_meta(query, max_rows=max_rows)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -172,14 +169,27 @@ class Lockstep:
         self.close()
 
 
-def connect(target: str | os.PathLike[str] | None = None) -> Lockstep:
+def connect(
+    target: str | os.PathLike[str] | None = None,
+    *,
+    token: str | None = None,
+    warehouse: str | os.PathLike[str] | None = None,
+) -> Lockstep:
     """Connect to a coordinator.
 
     ``target``: None (``$LOCKSTEP_HOME`` or ``./.lockstep``), a home directory (metadata
-    file + Iceberg warehouse), or a store URL (``sqlite:///…``, ``postgresql://…``).
+    file + Iceberg warehouse), a store URL (``sqlite:///…``, ``postgresql://…``), or a
+    coordinator service (``http://host:port``, with its bearer ``token``). ``warehouse``
+    names the Iceberg warehouse when the target is a URL.
     """
+    config = LockstepConfig.from_target(target)
+    if warehouse is not None:
+        config = config.model_copy(update={"warehouse": Path(warehouse)})
+    if config.is_remote:
+        from lockstep.remote import RemoteMetadataStore
+
+        return Lockstep(RemoteMetadataStore(config.store_url, token=token), config)
     from lockstep.meta_tables.sql_store import SqlMetadataStore
 
-    config = LockstepConfig.from_target(target)
     config.prepare()
     return Lockstep(SqlMetadataStore.open(config.store_url), config)

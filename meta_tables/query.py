@@ -8,6 +8,7 @@ single SELECT (or EXPLAIN) is accepted: the meta tables are read-only.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Collection
 
 import duckdb
@@ -52,9 +53,17 @@ def referenced_views(query: str) -> set[str]:
 
 
 def run_meta_query(
-    query: str, export: Exporter, *, now_us: int, max_rows: int | None = None
+    query: str,
+    export: Exporter,
+    *,
+    now_us: int,
+    max_rows: int | None = None,
+    timeout_s: float | None = None,
 ) -> pa.Table:
-    """Run ``query`` over the meta views and return its result as Arrow."""
+    """Run ``query`` over the meta views and return its result as Arrow.
+
+    ``max_rows`` refuses larger results; ``timeout_s`` interrupts a query that runs longer.
+    """
     check_read_only(query)
     base = export(sorted(base_tables_for(referenced_views(query))))
     con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
@@ -66,8 +75,14 @@ def run_meta_query(
             if base_tables_for({view.name}) <= set(base):
                 con.execute(f"CREATE VIEW {view.name} AS {view.sql}")
         con.execute("SET lock_configuration = true")
+        timer = threading.Timer(timeout_s, con.interrupt) if timeout_s else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
         try:
             return _fetch(con.execute(query), max_rows)
+        except duckdb.InterruptException as e:
+            raise MetaQueryError(f"the query ran longer than {timeout_s}s and was stopped") from e
         except duckdb.PermissionException as e:
             raise ReadOnlyQueryError(
                 f"the query tried to reach outside the meta tables (files, network or "
@@ -75,6 +90,9 @@ def run_meta_query(
             ) from e
         except duckdb.Error as e:
             raise MetaQueryError(f"query failed: {e}") from e
+        finally:
+            if timer is not None:
+                timer.cancel()
     finally:
         con.close()
 

@@ -186,6 +186,16 @@ class MetadataStore(abc.ABC):
     def export_tables(self, names: Collection[str]) -> dict[str, pa.Table]:
         """The named base tables (``ls_*``) as Arrow, for the SQL meta views."""
 
+    def query_meta(self, query: str, *, max_rows: int | None = None) -> pa.Table:
+        """Run a read-only SQL query over the ``__META_*`` views (local DuckDB by default;
+        a remote store runs it on the service)."""
+        from lockstep.meta_tables.query import run_meta_query
+        from lockstep.meta_tables.schema import to_micros
+
+        return run_meta_query(
+            query, self.export_tables, now_us=to_micros(self.now()), max_rows=max_rows
+        )
+
     def now(self) -> datetime:
         """The store's clock (UTC); views compute freshness against it."""
         return datetime.now(timezone.utc)

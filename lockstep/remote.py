@@ -1,0 +1,282 @@
+"""The remote coordinator: :class:`MetadataStore` over the service's HTTP API.
+
+``lockstep.connect("http://host:port", token=...)`` returns the same facade as the embedded
+coordinator, backed by this client. Calls that are safe to repeat (reads, and the job
+reports, which are idempotent by protocol) are retried on timeouts and dropped connections;
+every call is retried when the connection could not even be made. A refusal by the service
+is raised as the same :class:`LockstepError` subclass the embedded coordinator raises.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import httpx
+import pyarrow as pa
+
+from lockstep.barrier.model import Barrier, JobInstance, JobProgress, RecoveryPlan, TableVersion
+from lockstep.errors import StoreError
+from lockstep.meta_tables.store import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
+from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
+from lockstep.service import wire
+from lockstep.topology.graph import Topology
+from lockstep.topology.model import JobSpec
+
+T = TypeVar("T")
+RETRIES = 4
+BACKOFF_S = 0.2
+
+
+class RemoteMetadataStore(MetadataStore):
+    """A coordinator service reached over HTTP.
+
+    >>> store = RemoteMetadataStore("http://127.0.0.1:9")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        timeout_s: float = 30.0,
+        client: httpx.Client | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self._client = client or httpx.Client(base_url=self.url, timeout=timeout_s)
+        self._client.headers.update(headers)
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- transport -------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> httpx.Response:
+        for attempt in range(1, RETRIES + 1):
+            try:
+                response = self._client.request(method, path, **kwargs)
+            except httpx.ConnectError as e:  # nothing was sent: always safe to retry
+                if attempt == RETRIES:
+                    raise StoreError(f"cannot reach the Lockstep service at {self.url}: {e}") from e
+            except (httpx.TimeoutException, httpx.RemoteProtocolError) as e:
+                if not idempotent or attempt == RETRIES:
+                    raise StoreError(
+                        f"the Lockstep service at {self.url} did not answer {method} {path}: "
+                        f"{e!r}" + ("" if idempotent else "; the call may or may not have applied")
+                    ) from e
+            else:
+                if response.status_code < 400:
+                    return response
+                if response.status_code >= 500 and idempotent and attempt < RETRIES:
+                    pass  # a replica restarting: try again
+                else:
+                    raise _refusal(response)
+            time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")
+
+    def _json(self, method: str, path: str, kind: Any, *, idempotent: bool, **kwargs: Any) -> Any:
+        return wire.load(self._call(method, path, idempotent=idempotent, **kwargs).json(), kind)
+
+    # -- topology --------------------------------------------------------------------------
+
+    def register_job(self, spec: JobSpec) -> JobSpec:
+        body = wire.dump(spec, JobSpec)
+        result: JobSpec = self._json("POST", "/v1/jobs", JobSpec, idempotent=True, json=body)
+        return result
+
+    def unregister_job(self, job_id: str, *, force: bool = False) -> None:
+        self._call("DELETE", f"/v1/jobs/{job_id}", idempotent=False, params={"force": force})
+
+    def topology(self) -> Topology:
+        return Topology(self._json("GET", "/v1/jobs", list[JobSpec], idempotent=True))
+
+    def table_status(self, tables: Collection[str] | None = None) -> list[TableStatus]:
+        params = {"table": list(tables)} if tables is not None else None
+        result: list[TableStatus] = self._json(
+            "GET", "/v1/tables", list[TableStatus], idempotent=True, params=params
+        )
+        return result
+
+    # -- barriers --------------------------------------------------------------------------
+
+    def issue_barrier(self) -> Barrier:
+        result: Barrier = self._json("POST", "/v1/barriers", Barrier, idempotent=False)
+        return result
+
+    def get_barrier(self, barrier_id: int) -> Barrier:
+        result: Barrier = self._json("GET", f"/v1/barriers/{barrier_id}", Barrier, idempotent=True)
+        return result
+
+    def list_barriers(self, *, limit: int | None = None) -> list[Barrier]:
+        params = {"limit": limit} if limit is not None else None
+        result: list[Barrier] = self._json(
+            "GET", "/v1/barriers", list[Barrier], idempotent=True, params=params
+        )
+        return result
+
+    # -- job protocol ----------------------------------------------------------------------
+
+    def attach(self, job_id: str) -> JobInstance:
+        path = f"/v1/jobs/{job_id}/instances"
+        result: JobInstance = self._json("POST", path, JobInstance, idempotent=False)
+        return result
+
+    def next_barrier(self, job_id: str, token: int) -> Barrier | None:
+        path = f"/v1/jobs/{job_id}/next-barrier"
+        result: Barrier | None = self._json(
+            "POST", path, Barrier | None, idempotent=True, json={"token": token}
+        )
+        return result
+
+    def report_processed(
+        self, job_id: str, token: int, barrier_id: int, snapshots: Mapping[str, int | None]
+    ) -> list[TableVersion]:
+        body = {"token": token, "barrier_id": barrier_id, "snapshots": dict(snapshots)}
+        result: list[TableVersion] = self._json(
+            "POST", f"/v1/jobs/{job_id}/processed", list[TableVersion], idempotent=True, json=body
+        )
+        return result
+
+    def report_written(
+        self,
+        job_id: str,
+        token: int,
+        barrier_id: int,
+        snapshots: Mapping[str, int | None] | None = None,
+    ) -> list[TableVersion]:
+        body = {
+            "token": token,
+            "barrier_id": barrier_id,
+            "snapshots": dict(snapshots) if snapshots is not None else None,
+        }
+        result: list[TableVersion] = self._json(
+            "POST", f"/v1/jobs/{job_id}/written", list[TableVersion], idempotent=True, json=body
+        )
+        return result
+
+    def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
+        body = {"token": token, "barrier_id": barrier_id}
+        self._call("POST", f"/v1/jobs/{job_id}/aborted", idempotent=True, json=body)
+
+    def persist_input_cut(
+        self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        body = {"token": token, "barrier_id": barrier_id, "source": source, "cut": dict(cut)}
+        path = f"/v1/jobs/{job_id}/input-cuts"
+        result: dict[str, Any] = self._call("POST", path, idempotent=True, json=body).json()
+        return result
+
+    def input_cuts(self, job_id: str, barrier_id: int) -> dict[str, dict[str, Any]]:
+        path = f"/v1/jobs/{job_id}/input-cuts/{barrier_id}"
+        result: dict[str, dict[str, Any]] = self._call("GET", path, idempotent=True).json()
+        return result
+
+    def recovery_plan(self, job_id: str, token: int) -> RecoveryPlan:
+        path = f"/v1/jobs/{job_id}/recovery"
+        result: RecoveryPlan = self._json(
+            "GET", path, RecoveryPlan, idempotent=True, params={"token": token}
+        )
+        return result
+
+    def job_progress(self, job_id: str, *, limit: int | None = None) -> list[JobProgress]:
+        params = {"limit": limit} if limit is not None else None
+        result: list[JobProgress] = self._json(
+            "GET", f"/v1/jobs/{job_id}/progress", list[JobProgress], idempotent=True, params=params
+        )
+        return result
+
+    def version_as_of(
+        self, table: str, barrier_id: int, *, written_only: bool = True
+    ) -> TableVersion | None:
+        path = f"/v1/tables/{table}/versions/as-of/{barrier_id}"
+        result: TableVersion | None = self._json(
+            "GET", path, TableVersion | None, idempotent=True, params={"written_only": written_only}
+        )
+        return result
+
+    def table_versions(self, table: str, *, limit: int | None = None) -> list[TableVersion]:
+        params = {"limit": limit} if limit is not None else None
+        result: list[TableVersion] = self._json(
+            "GET",
+            f"/v1/tables/{table}/versions",
+            list[TableVersion],
+            idempotent=True,
+            params=params,
+        )
+        return result
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def resolve(
+        self, tables: Sequence[str], level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ
+    ) -> SnapshotSet:
+        body = {"tables": list(tables), "level": ConsistencyLevel.parse(level).value}
+        result: SnapshotSet = self._json(
+            "POST", "/v1/resolve", SnapshotSet, idempotent=True, json=body
+        )
+        return result
+
+    def acquire_lease(
+        self,
+        tables: Sequence[str],
+        level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ,
+        *,
+        ttl_s: float = DEFAULT_LEASE_TTL_S,
+        holder: str = "",
+    ) -> Lease:
+        body = {
+            "tables": list(tables),
+            "level": ConsistencyLevel.parse(level).value,
+            "ttl_s": ttl_s,
+            "holder": holder,
+        }
+        # not idempotent: a retried acquire would leave a second lease (it would expire)
+        result: Lease = self._json("POST", "/v1/leases", Lease, idempotent=False, json=body)
+        return result
+
+    def renew_lease(self, lease_id: str, *, ttl_s: float = DEFAULT_LEASE_TTL_S) -> Lease:
+        path = f"/v1/leases/{lease_id}/renew"
+        result: Lease = self._json("POST", path, Lease, idempotent=True, json={"ttl_s": ttl_s})
+        return result
+
+    def release_lease(self, lease_id: str) -> None:
+        self._call("DELETE", f"/v1/leases/{lease_id}", idempotent=True)
+
+    def active_leases(self) -> list[Lease]:
+        result: list[Lease] = self._json("GET", "/v1/leases", list[Lease], idempotent=True)
+        return result
+
+    # -- meta tables -----------------------------------------------------------------------
+
+    def export_tables(self, names: Collection[str]) -> dict[str, pa.Table]:
+        return {
+            name: _arrow(self._call("GET", f"/v1/export/{name}", idempotent=True)) for name in names
+        }
+
+    def query_meta(self, query: str, *, max_rows: int | None = None) -> pa.Table:
+        body = {"query": query, "max_rows": max_rows}
+        return _arrow(self._call("POST", "/v1/sql", idempotent=True, json=body))
+
+    def now(self) -> datetime:
+        data = self._call("GET", "/v1/now", idempotent=True).json()
+        return datetime.fromisoformat(data["now"])
+
+
+def _arrow(response: httpx.Response) -> pa.Table:
+    return pa.ipc.open_stream(response.content).read_all()
+
+
+def _refusal(response: httpx.Response) -> Exception:
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict) and "error" in payload:
+        return wire.error_from_payload(payload)
+    detail = payload.get("detail") if isinstance(payload, dict) else response.text[:500]
+    return StoreError(
+        f"the Lockstep service refused the request ({response.status_code}): {detail}"
+    )

@@ -1,0 +1,1 @@
+"""The coordinator as a shared HTTP service (FastAPI), and its wire format."""

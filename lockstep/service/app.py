@@ -1,0 +1,290 @@
+"""The coordinator's REST API over a :class:`MetadataStore` (FastAPI).
+
+Every operation of the embedded coordinator, one endpoint each, with pydantic request
+models; errors leave as ``{"error", "message", "details"}`` with the status mapped in
+``wire.py``. Endpoints are plain ``def``: the store is synchronous and FastAPI runs them on
+its thread pool.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import pyarrow as pa
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from lockstep.barrier.model import Barrier, JobInstance, JobProgress, RecoveryPlan, TableVersion
+from lockstep.errors import InvalidRequestError, LockstepError
+from lockstep.meta_tables.query import run_meta_query
+from lockstep.meta_tables.schema import to_micros
+from lockstep.meta_tables.store import MetadataStore, TableStatus
+from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
+from lockstep.service import wire
+from lockstep.service.auth import Role, role_of
+from lockstep.topology.model import JobSpec
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class JobIn(_Body):
+    job_id: Name
+    sources: list[Name] = []
+    sinks: list[Name]
+    external_sources: list[Name] = []
+
+
+class TokenIn(_Body):
+    token: int
+
+
+class ReportIn(_Body):
+    token: int
+    barrier_id: int
+    snapshots: dict[Name, Any]  # checked by the protocol, which names the bad table
+
+
+class WrittenIn(_Body):
+    token: int
+    barrier_id: int
+    snapshots: dict[Name, Any] | None = None
+
+
+class BarrierRefIn(_Body):
+    token: int
+    barrier_id: int
+
+
+class InputCutIn(_Body):
+    token: int
+    barrier_id: int
+    source: Name
+    cut: dict[str, Any]
+
+
+class ResolveIn(_Body):
+    tables: list[Name] = Field(min_length=1, max_length=1000)
+    level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ
+
+
+class LeaseIn(ResolveIn):
+    ttl_s: float = Field(default=600.0, gt=0, le=7 * 24 * 3600)
+    holder: str = Field(default="", max_length=200)
+
+
+class RenewIn(_Body):
+    ttl_s: float = Field(default=600.0, gt=0, le=7 * 24 * 3600)
+
+
+class SqlIn(_Body):
+    query: str = Field(min_length=1, max_length=100_000)
+    max_rows: int | None = Field(default=None, gt=0)
+
+
+def _authenticate(request: Request, authorization: str | None, needed: Role) -> Role:
+    tokens: dict[str, Role] | None = request.app.state.tokens
+    if tokens is None:
+        return Role.ADMIN
+    scheme, _, presented = (authorization or "").partition(" ")
+    found = role_of(tokens, presented) if scheme.lower() == "bearer" else None
+    if found is None:
+        raise HTTPException(401, "missing or unknown bearer token", {"WWW-Authenticate": "Bearer"})
+    if needed is Role.ADMIN and found is not Role.ADMIN:
+        raise HTTPException(403, "this token may read, not change, the coordinator")
+    return found
+
+
+def require_admin(request: Request, authorization: Annotated[str | None, Header()] = None) -> Role:
+    return _authenticate(request, authorization, Role.ADMIN)
+
+
+def require_read(request: Request, authorization: Annotated[str | None, Header()] = None) -> Role:
+    return _authenticate(request, authorization, Role.READ)
+
+
+Admin = Annotated[Role, Depends(require_admin)]
+Reader = Annotated[Role, Depends(require_read)]
+
+
+def create_app(
+    store: MetadataStore,
+    *,
+    tokens: dict[str, Role] | None = None,
+    sql_timeout_s: float = 10.0,
+    sql_max_rows: int = 10_000,
+) -> FastAPI:
+    """The service app over ``store``; ``tokens`` None disables authentication."""
+    app = FastAPI(title="Lockstep coordinator", version="1")
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid_request(_request: Request, error: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in e['loc'])}: {e['msg']}" for e in error.errors()
+        )
+        payload = wire.error_payload(InvalidRequestError(f"invalid request: {problems}"))
+        return JSONResponse(payload, status_code=422)
+
+    @app.exception_handler(LockstepError)
+    def _lockstep_error(_request: Request, error: LockstepError) -> JSONResponse:
+        return JSONResponse(wire.error_payload(error), status_code=wire.status_for(error))
+
+    app.state.tokens = tokens
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/now")
+    def now(_: Reader) -> dict[str, Any]:
+        return {"now": store.now().isoformat()}
+
+    # -- topology --------------------------------------------------------------------------
+
+    @app.post("/v1/jobs")
+    def register_job(body: JobIn, _: Admin) -> Any:
+        spec = JobSpec(
+            body.job_id,
+            sources=tuple(body.sources),
+            sinks=tuple(body.sinks),
+            external_sources=tuple(body.external_sources),
+        )
+        return wire.dump(store.register_job(spec), JobSpec)
+
+    @app.delete("/v1/jobs/{job_id}")
+    def unregister_job(job_id: str, _: Admin, force: bool = False) -> dict[str, str]:
+        store.unregister_job(job_id, force=force)
+        return {"unregistered": job_id}
+
+    @app.get("/v1/jobs")
+    def list_jobs(_: Reader) -> Any:
+        return wire.dump(store.topology().jobs, list[JobSpec])
+
+    @app.get("/v1/tables")
+    def table_status(_: Reader, table: Annotated[list[str] | None, Query()] = None) -> Any:
+        return wire.dump(store.table_status(table), list[TableStatus])
+
+    # -- barriers --------------------------------------------------------------------------
+
+    @app.post("/v1/barriers")
+    def issue_barrier(_: Admin) -> Any:
+        return wire.dump(store.issue_barrier(), Barrier)
+
+    @app.get("/v1/barriers")
+    def list_barriers(_: Reader, limit: Annotated[int | None, Query(gt=0)] = None) -> Any:
+        return wire.dump(store.list_barriers(limit=limit), list[Barrier])
+
+    @app.get("/v1/barriers/{barrier_id}")
+    def get_barrier(barrier_id: int, _: Reader) -> Any:
+        return wire.dump(store.get_barrier(barrier_id), Barrier)
+
+    # -- job protocol ----------------------------------------------------------------------
+
+    @app.post("/v1/jobs/{job_id}/instances")
+    def attach(job_id: str, _: Admin) -> Any:
+        return wire.dump(store.attach(job_id), JobInstance)
+
+    @app.post("/v1/jobs/{job_id}/next-barrier")
+    def next_barrier(job_id: str, body: TokenIn, _: Admin) -> Any:
+        return wire.dump(store.next_barrier(job_id, body.token), Barrier | None)
+
+    @app.post("/v1/jobs/{job_id}/processed")
+    def report_processed(job_id: str, body: ReportIn, _: Admin) -> Any:
+        versions = store.report_processed(job_id, body.token, body.barrier_id, body.snapshots)
+        return wire.dump(versions, list[TableVersion])
+
+    @app.post("/v1/jobs/{job_id}/written")
+    def report_written(job_id: str, body: WrittenIn, _: Admin) -> Any:
+        versions = store.report_written(job_id, body.token, body.barrier_id, body.snapshots)
+        return wire.dump(versions, list[TableVersion])
+
+    @app.post("/v1/jobs/{job_id}/aborted")
+    def report_aborted(job_id: str, body: BarrierRefIn, _: Admin) -> dict[str, int]:
+        store.report_aborted(job_id, body.token, body.barrier_id)
+        return {"aborted": body.barrier_id}
+
+    @app.post("/v1/jobs/{job_id}/input-cuts")
+    def persist_input_cut(job_id: str, body: InputCutIn, _: Admin) -> dict[str, Any]:
+        return store.persist_input_cut(job_id, body.token, body.barrier_id, body.source, body.cut)
+
+    @app.get("/v1/jobs/{job_id}/input-cuts/{barrier_id}")
+    def input_cuts(job_id: str, barrier_id: int, _: Reader) -> dict[str, dict[str, Any]]:
+        return store.input_cuts(job_id, barrier_id)
+
+    @app.get("/v1/jobs/{job_id}/recovery")
+    def recovery_plan(job_id: str, token: int, _: Admin) -> Any:
+        return wire.dump(store.recovery_plan(job_id, token), RecoveryPlan)
+
+    @app.get("/v1/jobs/{job_id}/progress")
+    def job_progress(
+        job_id: str, _: Reader, limit: Annotated[int | None, Query(gt=0)] = None
+    ) -> Any:
+        return wire.dump(store.job_progress(job_id, limit=limit), list[JobProgress])
+
+    @app.get("/v1/tables/{table}/versions")
+    def table_versions(
+        table: str, _: Reader, limit: Annotated[int | None, Query(gt=0)] = None
+    ) -> Any:
+        return wire.dump(store.table_versions(table, limit=limit), list[TableVersion])
+
+    @app.get("/v1/tables/{table}/versions/as-of/{barrier_id}")
+    def version_as_of(table: str, barrier_id: int, _: Reader, written_only: bool = True) -> Any:
+        version = store.version_as_of(table, barrier_id, written_only=written_only)
+        return wire.dump(version, TableVersion | None)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    @app.post("/v1/resolve")
+    def resolve(body: ResolveIn, _: Reader) -> Any:
+        return wire.dump(store.resolve(body.tables, body.level), SnapshotSet)
+
+    @app.post("/v1/leases")
+    def acquire_lease(body: LeaseIn, _: Reader) -> Any:
+        lease = store.acquire_lease(body.tables, body.level, ttl_s=body.ttl_s, holder=body.holder)
+        return wire.dump(lease, Lease)
+
+    @app.post("/v1/leases/{lease_id}/renew")
+    def renew_lease(lease_id: str, body: RenewIn, _: Reader) -> Any:
+        return wire.dump(store.renew_lease(lease_id, ttl_s=body.ttl_s), Lease)
+
+    @app.delete("/v1/leases/{lease_id}")
+    def release_lease(lease_id: str, _: Reader) -> dict[str, str]:
+        store.release_lease(lease_id)
+        return {"released": lease_id}
+
+    @app.get("/v1/leases")
+    def active_leases(_: Reader) -> Any:
+        return wire.dump(store.active_leases(), list[Lease])
+
+    # -- meta tables -----------------------------------------------------------------------
+
+    @app.post("/v1/sql")
+    def sql(body: SqlIn, _: Reader) -> Response:
+        limit = min(body.max_rows or sql_max_rows, sql_max_rows)
+        table = run_meta_query(
+            body.query,
+            store.export_tables,
+            now_us=to_micros(store.now()),
+            max_rows=limit,
+            timeout_s=sql_timeout_s,
+        )
+        return Response(arrow_ipc(table), media_type=ARROW_STREAM)
+
+    @app.get("/v1/export/{name}")
+    def export(name: str, _: Reader) -> Response:
+        return Response(arrow_ipc(store.export_tables([name])[name]), media_type=ARROW_STREAM)
+
+    return app
+
+
+def arrow_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())

@@ -1,0 +1,153 @@
+"""The store contract through the HTTP service and the remote client, plus auth and
+error mapping on a real uvicorn server."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import FakeClock
+from store_contract import StoreContract
+
+import lockstep
+from lockstep.errors import (
+    CycleError,
+    FencedError,
+    NoConsistentBarrierError,
+    ReadOnlyQueryError,
+    StoreError,
+    UnknownTableError,
+)
+from lockstep.meta_tables.sql_store import SqlMetadataStore
+from lockstep.meta_tables.store import MetadataStore
+from lockstep.remote import RemoteMetadataStore
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient
+
+from lockstep.service.app import create_app
+from lockstep.service.auth import load_tokens
+
+
+class TestRemoteStore(StoreContract):
+    """The unchanged contract suite, every call crossing HTTP (in-process ASGI transport)."""
+
+    __test__ = True
+
+    @pytest.fixture
+    def store(self, sqlite_store: SqlMetadataStore) -> Iterator[MetadataStore]:
+        client = TestClient(create_app(sqlite_store), base_url="http://coordinator")
+        store = RemoteMetadataStore("http://coordinator", client=client)
+        yield store
+        store.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def served(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[str, dict[str, str]]]:
+    """A real uvicorn server on loopback with admin and read tokens."""
+    uvicorn = pytest.importorskip("uvicorn")
+    token_file = tmp_path / "tokens"
+    token_file.write_text("# role token\nadmin s3cret-admin\nread s3cret-read\n")
+    store = SqlMetadataStore.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
+    app = create_app(store, tokens=load_tokens(token_file), sql_timeout_s=5, sql_max_rows=100)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    started = threading.Event()
+    for _ in range(200):
+        if server.started:
+            started.set()
+            break
+        thread.join(0.05)
+    assert started.is_set(), "uvicorn did not start"
+    yield f"http://127.0.0.1:{port}", {"admin": "s3cret-admin", "read": "s3cret-read"}
+    server.should_exit = True
+    thread.join(10)
+    store.close()
+
+
+def test_remote_facade_end_to_end(served: tuple[str, dict[str, str]]) -> None:
+    url, tokens = served
+    ls = lockstep.connect(url, token=tokens["admin"])
+    ls.register_job("load", sinks=["shopping"])
+    ls.register_job("agg", sources=["shopping"], sinks=["agg"])
+    ls.register_job("c1", sources=["t_b"], sinks=["t_a"])
+    with pytest.raises(CycleError) as e:
+        ls.register_job("c2", sources=["t_a"], sinks=["t_b"])
+    assert {"t_a", "t_b"} <= set(e.value.cycle)  # structured details survive the trip
+    ls.issue_barrier()
+    old = ls.attach("load")
+    job = ls.attach("load")
+    assert job.next_barrier() is not None
+    job.report_processed(1, {"shopping": 5})
+    job.report_written(1)
+    with pytest.raises(FencedError) as fenced:
+        old.report_written(1)
+    assert fenced.value.current == job.token
+    with pytest.raises(NoConsistentBarrierError):
+        ls.resolve(["shopping", "agg"])
+    with pytest.raises(UnknownTableError):
+        ls.resolve(["nope"])
+    assert ls.resolve(["shopping"]).snapshots == {"shopping": 5}
+    rows = ls.sql("SELECT table_name, version FROM __META_TABLE_VERSION ORDER BY 1")
+    assert rows.to_pylist() == [
+        {"table_name": "agg", "version": None},
+        {"table_name": "shopping", "version": 1},
+        {"table_name": "t_a", "version": None},
+        {"table_name": "t_b", "version": None},
+    ]
+    with pytest.raises(ReadOnlyQueryError):
+        ls.sql("CREATE TABLE x AS SELECT 1")
+    ls.close()
+
+
+def test_auth_roles(served: tuple[str, dict[str, str]]) -> None:
+    url, tokens = served
+    assert httpx.get(f"{url}/healthz").json() == {"status": "ok"}
+    assert httpx.get(f"{url}/v1/barriers").status_code == 401
+    bad = httpx.get(f"{url}/v1/barriers", headers={"Authorization": "Bearer nope"})
+    assert bad.status_code == 401
+    reader = lockstep.connect(url, token=tokens["read"])
+    assert reader.barriers() == []
+    with pytest.raises(StoreError, match="403"):
+        reader.issue_barrier()
+    with pytest.raises(StoreError, match="403"):
+        reader.register_job("x", sinks=["t"])
+
+
+def test_bad_requests_get_4xx_not_5xx(served: tuple[str, dict[str, str]]) -> None:
+    url, tokens = served
+    headers = {"Authorization": f"Bearer {tokens['admin']}"}
+    cases = [
+        ("POST", "/v1/jobs", {"job_id": "bad job", "sinks": ["t"]}),
+        ("POST", "/v1/jobs", {"job_id": "j", "sinks": []}),
+        ("POST", "/v1/jobs", {"nonsense": True}),
+        ("POST", "/v1/resolve", {"tables": []}),
+        ("POST", "/v1/resolve", {"tables": ["t"], "level": "snapshot"}),
+        ("POST", "/v1/leases", {"tables": ["t"], "ttl_s": -1}),
+        ("POST", "/v1/sql", {"query": "SELEC"}),
+        ("POST", "/v1/sql", {"query": "SELECT * FROM range(1000)"}),
+        ("POST", "/v1/jobs/ghost/processed", {"token": 1, "barrier_id": 1, "snapshots": {}}),
+        ("GET", "/v1/barriers/abc", None),
+        ("GET", "/v1/export/ls_nope", None),
+    ]
+    for method, path, body in cases:
+        response = httpx.request(method, f"{url}{path}", json=body, headers=headers)
+        assert 400 <= response.status_code < 500, (method, path, response.status_code)
+
+
+def test_unreachable_service_is_a_clear_error() -> None:
+    ls = lockstep.connect(f"http://127.0.0.1:{_free_port()}")
+    with pytest.raises(StoreError, match="cannot reach"):
+        ls.barriers()
