@@ -17,6 +17,8 @@ from lockstep.meta_tables.sql_store import SqlMetadataStore
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+pytest_plugins = ["service_fixtures"]  # the `served` fixture: a real service on loopback
+
 
 class FakeClock:
     """A clock that only moves when told to (leases, delays, freshness)."""

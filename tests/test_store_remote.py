@@ -3,14 +3,11 @@ error mapping on a real uvicorn server."""
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-from conftest import FakeClock
+from service_fixtures import free_port
 from store_contract import StoreContract
 
 import lockstep
@@ -30,7 +27,6 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
 from lockstep.service.app import create_app
-from lockstep.service.auth import load_tokens
 
 
 class TestRemoteStore(StoreContract):
@@ -44,37 +40,6 @@ class TestRemoteStore(StoreContract):
         store = RemoteMetadataStore("http://coordinator", client=client)
         yield store
         store.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def served(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[str, dict[str, str]]]:
-    """A real uvicorn server on loopback with admin and read tokens."""
-    uvicorn = pytest.importorskip("uvicorn")
-    token_file = tmp_path / "tokens"
-    token_file.write_text("# role token\nadmin s3cret-admin\nread s3cret-read\n")
-    store = SqlMetadataStore.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
-    app = create_app(store, tokens=load_tokens(token_file), sql_timeout_s=5, sql_max_rows=100)
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    started = threading.Event()
-    for _ in range(200):
-        if server.started:
-            started.set()
-            break
-        thread.join(0.05)
-    assert started.is_set(), "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}", {"admin": "s3cret-admin", "read": "s3cret-read"}
-    server.should_exit = True
-    thread.join(10)
-    store.close()
 
 
 def test_remote_facade_end_to_end(served: tuple[str, dict[str, str]]) -> None:
@@ -148,6 +113,6 @@ def test_bad_requests_get_4xx_not_5xx(served: tuple[str, dict[str, str]]) -> Non
 
 
 def test_unreachable_service_is_a_clear_error() -> None:
-    ls = lockstep.connect(f"http://127.0.0.1:{_free_port()}")
+    ls = lockstep.connect(f"http://127.0.0.1:{free_port()}")
     with pytest.raises(StoreError, match="cannot reach"):
         ls.barriers()

@@ -8,12 +8,13 @@ its thread pool.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any
 
 import pyarrow as pa
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from lockstep.barrier.model import Barrier, JobInstance, JobProgress, RecoveryPlan, TableVersion
@@ -24,6 +25,7 @@ from lockstep.meta_tables.store import MetadataStore, TableStatus
 from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
 from lockstep.service import wire
 from lockstep.service.auth import Role, role_of
+from lockstep.service.status import collect_status, render_status_page
 from lockstep.topology.model import JobSpec
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -105,7 +107,13 @@ def require_admin(request: Request, authorization: Annotated[str | None, Header(
     return _authenticate(request, authorization, Role.ADMIN)
 
 
-def require_read(request: Request, authorization: Annotated[str | None, Header()] = None) -> Role:
+def require_read(
+    request: Request,
+    authorization: Annotated[str | None, Header()] = None,
+    token: Annotated[str | None, Query(description="for browsers: the bearer token")] = None,
+) -> Role:
+    if authorization is None and token is not None:
+        authorization = f"Bearer {token}"
     return _authenticate(request, authorization, Role.READ)
 
 
@@ -136,6 +144,15 @@ def create_app(
         return JSONResponse(wire.error_payload(error), status_code=wire.status_for(error))
 
     app.state.tokens = tokens
+
+    @app.get("/", response_class=HTMLResponse)
+    def status_page(_: Reader) -> str:
+        """What an operator opens first: topology, freshness, job states (auto-refresh)."""
+        return render_status_page(collect_status(store))
+
+    @app.get("/v1/status")
+    def status(_: Reader) -> dict[str, Any]:
+        return dataclasses.asdict(collect_status(store))
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:

@@ -1,0 +1,47 @@
+"""A real coordinator service on loopback (uvicorn in a thread) for the tests."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import FakeClock
+
+from lockstep.meta_tables.sql_store import SqlMetadataStore
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def served(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[str, dict[str, str]]]:
+    """A real uvicorn server on loopback with admin and read tokens."""
+    uvicorn = pytest.importorskip("uvicorn")
+    from lockstep.service.app import create_app
+    from lockstep.service.auth import load_tokens
+
+    token_file = tmp_path / "tokens"
+    token_file.write_text("# role token\nadmin s3cret-admin\nread s3cret-read\n")
+    store = SqlMetadataStore.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
+    app = create_app(store, tokens=load_tokens(token_file), sql_timeout_s=5, sql_max_rows=100)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    started = threading.Event()
+    for _ in range(200):
+        if server.started:
+            started.set()
+            break
+        thread.join(0.05)
+    assert started.is_set(), "uvicorn did not start"
+    yield f"http://127.0.0.1:{port}", {"admin": "s3cret-admin", "read": "s3cret-read"}
+    server.should_exit = True
+    thread.join(10)
+    store.close()
