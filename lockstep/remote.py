@@ -44,10 +44,17 @@ class RemoteMetadataStore(MetadataStore):
         timeout_s: float = 30.0,
         client: httpx.Client | None = None,
     ) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.url = url.rstrip("/")
-        self._client = client or httpx.Client(base_url=self.url, timeout=timeout_s)
-        self._client.headers.update(headers)
+        # "http://a:1,http://b:2": replicas of one service; a call that cannot reach one
+        # moves on to the next.
+        self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
+        self._current = 0
+        self._client = client or httpx.Client(timeout=timeout_s)
+        if token:
+            self._client.headers["Authorization"] = f"Bearer {token}"
+
+    @property
+    def url(self) -> str:
+        return self.urls[self._current]
 
     def close(self) -> None:
         self._client.close()
@@ -55,22 +62,28 @@ class RemoteMetadataStore(MetadataStore):
     # -- transport -------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> httpx.Response:
-        for attempt in range(1, RETRIES + 1):
+        attempts = RETRIES * len(self.urls)
+        for attempt in range(1, attempts + 1):
             try:
-                response = self._client.request(method, path, **kwargs)
+                response = self._client.request(method, self.url + path, **kwargs)
             except httpx.ConnectError as e:  # nothing was sent: always safe to retry
-                if attempt == RETRIES:
+                if attempt == attempts:
                     raise StoreError(f"cannot reach the Lockstep service at {self.url}: {e}") from e
-            except (httpx.TimeoutException, httpx.RemoteProtocolError) as e:
-                if not idempotent or attempt == RETRIES:
+                self._current = (self._current + 1) % len(self.urls)
+                if self._current != 0:
+                    continue  # try the next replica at once
+            except httpx.TransportError as e:  # sent, but no answer: a timeout, a dropped
+                # connection, a replica killed mid-request
+                if not idempotent or attempt == attempts:
                     raise StoreError(
                         f"the Lockstep service at {self.url} did not answer {method} {path}: "
                         f"{e!r}" + ("" if idempotent else "; the call may or may not have applied")
                     ) from e
+                self._current = (self._current + 1) % len(self.urls)
             else:
                 if response.status_code < 400:
                     return response
-                if response.status_code >= 500 and idempotent and attempt < RETRIES:
+                if response.status_code >= 500 and idempotent and attempt < attempts:
                     pass  # a replica restarting: try again
                 else:
                     raise _refusal(response)
@@ -248,6 +261,16 @@ class RemoteMetadataStore(MetadataStore):
     def active_leases(self) -> list[Lease]:
         result: list[Lease] = self._json("GET", "/v1/leases", list[Lease], idempotent=True)
         return result
+
+    # -- coordination between replicas --------------------------------------------------------
+
+    def try_lead(self, name: str, holder: str, *, ttl_s: float) -> bool:
+        body = {"holder": holder, "ttl_s": ttl_s}
+        answer = self._call("POST", f"/v1/leaders/{name}", idempotent=True, json=body).json()
+        return bool(answer["leader"])
+
+    def resign(self, name: str, holder: str) -> None:
+        self._call("DELETE", f"/v1/leaders/{name}", idempotent=True, params={"holder": holder})
 
     # -- meta tables -----------------------------------------------------------------------
 

@@ -145,6 +145,15 @@ class InputCutRow(Base):
     created_at: Mapped[datetime] = mapped_column(UtcMicros)
 
 
+class LeaderRow(Base):
+    """A named leadership lease (e.g. the one replica that issues barriers on an interval)."""
+
+    __tablename__ = "ls_leader"
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    expires_at: Mapped[datetime] = mapped_column(UtcMicros)
+
+
 class JobInstanceRow(Base):
     __tablename__ = "ls_job_instance"
     job_id: Mapped[str] = mapped_column(String(200), primary_key=True)

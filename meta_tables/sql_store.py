@@ -11,11 +11,11 @@ replica, a serialization failure, a busy SQLite file) are retried.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, delete, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
@@ -38,7 +38,7 @@ from lockstep.meta_tables import (
 )
 from lockstep.meta_tables.engine import WRITE_OPTION, create_store_engine
 from lockstep.meta_tables.migrations import migrate
-from lockstep.meta_tables.schema import BarrierRow, JobBarrierRow, TableVersionRow
+from lockstep.meta_tables.schema import BarrierRow, JobBarrierRow, LeaderRow, TableVersionRow
 from lockstep.meta_tables.store import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
 from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
 from lockstep.topology.graph import Topology
@@ -276,6 +276,35 @@ class SqlMetadataStore(MetadataStore):
 
     def active_leases(self) -> list[Lease]:
         return self._read(lambda s: sql_leases.active(s, self._clock()))
+
+    # -- coordination between replicas --------------------------------------------------------
+
+    def try_lead(self, name: str, holder: str, *, ttl_s: float) -> bool:
+        def work(s: Session) -> bool:
+            now = self._clock()
+            row = s.scalars(
+                select(LeaderRow).where(LeaderRow.name == name).with_for_update()
+            ).first()
+            if row is None:
+                s.add(
+                    LeaderRow(name=name, holder=holder, expires_at=now + timedelta(seconds=ttl_s))
+                )
+                s.flush()  # a racing replica's insert fails here; the retry sees its row
+                return True
+            if row.holder != holder and row.expires_at > now:
+                return False
+            row.holder = holder
+            row.expires_at = now + timedelta(seconds=ttl_s)
+            return True
+
+        return self._write(work)
+
+    def resign(self, name: str, holder: str) -> None:
+        self._write(
+            lambda s: s.execute(
+                delete(LeaderRow).where(LeaderRow.name == name, LeaderRow.holder == holder)
+            )
+        )
 
     # -- meta tables -----------------------------------------------------------------------
 

@@ -180,6 +180,17 @@ class MetadataStore(abc.ABC):
     def active_leases(self) -> list[Lease]:
         """Leases not released and not expired."""
 
+    # -- coordination between replicas --------------------------------------------------------
+
+    @abc.abstractmethod
+    def try_lead(self, name: str, holder: str, *, ttl_s: float) -> bool:
+        """Take or renew the leadership ``name`` for ``ttl_s``; False if another live holder
+        has it. A holder that stops renewing loses it when the ttl runs out."""
+
+    @abc.abstractmethod
+    def resign(self, name: str, holder: str) -> None:
+        """Give up a leadership early (if held by ``holder``)."""
+
     # -- meta tables -----------------------------------------------------------------------
 
     @abc.abstractmethod

@@ -17,7 +17,8 @@ from lockstep.meta_tables.sql_store import SqlMetadataStore
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-pytest_plugins = ["service_fixtures"]  # the `served` fixture: a real service on loopback
+# `served` (a real service on loopback), `postgres_admin` / `postgres_url` (a real server)
+pytest_plugins = ["service_fixtures", "pg_server"]
 
 
 class FakeClock:

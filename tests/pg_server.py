@@ -15,11 +15,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, make_url, text
 
 URL_ENV = "LOCKSTEP_TEST_POSTGRES_URL"
 REQUIRE_ENV = "LOCKSTEP_REQUIRE_POSTGRES"
@@ -100,3 +102,24 @@ def postgres_admin_url() -> Iterator[str]:
         return
     with local_cluster() as admin:
         yield admin
+
+
+@pytest.fixture(scope="session")
+def postgres_admin() -> Iterator[str]:
+    pytest.importorskip("psycopg")
+    with postgres_admin_url() as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_admin: str) -> Iterator[str]:
+    name = f"lockstep_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(postgres_admin, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(postgres_admin).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

@@ -395,6 +395,22 @@ class StoreContract:
         run_barrier(store, "load_shopping", root)
         assert store.resolve(["shopping", "late_table"], RR).barrier_id == 4
 
+    # -- leadership --------------------------------------------------------------------------
+
+    def test_leadership_is_exclusive_until_it_expires(
+        self, store: MetadataStore, clock: Any
+    ) -> None:
+        assert store.try_lead("ticker", "replica-a", ttl_s=10)
+        assert not store.try_lead("ticker", "replica-b", ttl_s=10)
+        assert store.try_lead("ticker", "replica-a", ttl_s=10)  # renew
+        clock.advance(11)  # replica-a died and stopped renewing
+        assert store.try_lead("ticker", "replica-b", ttl_s=10)
+        assert not store.try_lead("ticker", "replica-a", ttl_s=10)
+        store.resign("ticker", "replica-a")  # not the holder: no effect
+        assert not store.try_lead("ticker", "replica-a", ttl_s=10)
+        store.resign("ticker", "replica-b")
+        assert store.try_lead("ticker", "replica-a", ttl_s=10)
+
     # -- leases ----------------------------------------------------------------------------
 
     def test_lease_lifecycle(self, store: MetadataStore, clock: Any) -> None:

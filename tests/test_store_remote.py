@@ -36,8 +36,8 @@ class TestRemoteStore(StoreContract):
 
     @pytest.fixture
     def store(self, sqlite_store: SqlMetadataStore) -> Iterator[MetadataStore]:
-        client = TestClient(create_app(sqlite_store), base_url="http://coordinator")
-        store = RemoteMetadataStore("http://coordinator", client=client)
+        client = TestClient(create_app(sqlite_store))
+        store = RemoteMetadataStore("http://testserver", client=client)
         yield store
         store.close()
 

@@ -85,6 +85,11 @@ class RenewIn(_Body):
     ttl_s: float = Field(default=600.0, gt=0, le=7 * 24 * 3600)
 
 
+class LeadIn(_Body):
+    holder: Name
+    ttl_s: float = Field(gt=0, le=3600)
+
+
 class SqlIn(_Body):
     query: str = Field(min_length=1, max_length=100_000)
     max_rows: int | None = Field(default=None, gt=0)
@@ -278,6 +283,17 @@ def create_app(
     @app.get("/v1/leases")
     def active_leases(_: Reader) -> Any:
         return wire.dump(store.active_leases(), list[Lease])
+
+    # -- coordination between replicas --------------------------------------------------------
+
+    @app.post("/v1/leaders/{name}")
+    def try_lead(name: str, body: LeadIn, _: Admin) -> dict[str, bool]:
+        return {"leader": store.try_lead(name, body.holder, ttl_s=body.ttl_s)}
+
+    @app.delete("/v1/leaders/{name}")
+    def resign(name: str, holder: str, _: Admin) -> dict[str, str]:
+        store.resign(name, holder)
+        return {"resigned": name}
 
     # -- meta tables -----------------------------------------------------------------------
 
