@@ -16,14 +16,21 @@ traceback would only bury them.
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
+import signal
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockstep.cli_format import (
     arrow_rows,
+    demo_summary_text,
     dump_json,
     format_cell,
     format_table,
@@ -32,16 +39,21 @@ from lockstep.cli_format import (
     resolve_rows,
     table_row,
 )
-from lockstep.errors import LockstepError, UnknownTableError
+from lockstep.errors import ConfigurationError, LockstepError, UnknownTableError
 
 if TYPE_CHECKING:  # the facade pulls in SQLAlchemy, DuckDB and Arrow: load it lazily
+    from types import FrameType
+
+    from lockstep.barrier.runtime import Job
     from lockstep.facade import Lockstep
 
 LEVELS = ("read_uncommitted", "read_committed", "repeatable_read")
 TOPOLOGY_FORMATS = ("text", "json", "dot", "mermaid")
 DEFAULT_LIST_LIMIT = 20
 DEFAULT_SQL_MAX_ROWS = 10_000
-DEFAULT_DEMO_BARRIERS = 5
+DEFAULT_WALKTHROUGH_BARRIERS = 5
+DEFAULT_DEMO_BARRIERS = 8  # about a minute on a 2-core machine, JVM start included
+MIN_DEMO_BARRIERS = 2
 
 
 @dataclass(frozen=True)
@@ -97,10 +109,23 @@ def cmd_job_unregister(ls: Lockstep, args: argparse.Namespace) -> Output:
 
 
 def cmd_barrier_issue(ls: Lockstep, args: argparse.Namespace) -> Output:
-    """Issue the next global barrier."""
-    barrier = ls.issue_barrier()
-    data = {"barrier_id": barrier.barrier_id, "ts": barrier.ts}
-    return Output(data, f"issued barrier {barrier.barrier_id} at {format_cell(barrier.ts)} UTC")
+    """Issue the next global barrier (with --every, keep issuing: a coordinator loop)."""
+    if args.every is None:
+        if args.count is not None:
+            raise LockstepError("--count needs --every SECONDS (how far apart to issue them)")
+        barrier = ls.issue_barrier()
+        data = {"barrier_id": barrier.barrier_id, "ts": barrier.ts}
+        return Output(data, f"issued barrier {barrier.barrier_id} at {format_cell(barrier.ts)} UTC")
+    progress = _quiet if args.json else print
+    issued: list[dict[str, Any]] = []
+    with _stop_on_signals("stopping") as stop:
+        while args.count is None or len(issued) < args.count:
+            barrier = ls.issue_barrier()
+            issued.append({"barrier_id": barrier.barrier_id, "ts": barrier.ts})
+            progress(f"issued barrier {barrier.barrier_id} at {format_cell(barrier.ts)} UTC")
+            if len(issued) == args.count or stop.wait(args.every):
+                break
+    return Output(issued, f"issued {len(issued)} barrier{'' if len(issued) == 1 else 's'}")
 
 
 def cmd_barrier_list(ls: Lockstep, args: argparse.Namespace) -> Output:
@@ -171,18 +196,151 @@ def cmd_tables(ls: Lockstep, args: argparse.Namespace) -> Output:
     return Output(rows, format_table(rows, empty="no tables (register a job first)"))
 
 
-def cmd_demo(args: argparse.Namespace) -> Output:
+def cmd_walkthrough(args: argparse.Namespace) -> Output:
     """A core-only walkthrough of the three consistency levels on the FLIP-276 topology."""
     from lockstep.facade import connect
     from lockstep.walkthrough import run_walkthrough, summary_text
 
     # A kept temporary home, so the user can explore the result with the other commands.
-    target = args.target or tempfile.mkdtemp(prefix="lockstep-demo-")
+    target = args.target or tempfile.mkdtemp(prefix="lockstep-walkthrough-")
     progress: Callable[[str], None] = _quiet if args.json else print
     progress(f"Lockstep walkthrough (simulated jobs, fake snapshot ids) in {target}")
     with connect(target) as ls:
         summary = run_walkthrough(ls, barriers=args.barriers, progress=progress)
     return Output(summary, summary_text(summary))
+
+
+def cmd_demo(args: argparse.Namespace) -> Output:
+    """The FLIP-276 shopping pipeline on Spark and Iceberg, with a dashboard checking itself."""
+    from lockstep.demo import run_demo
+    from lockstep.facade import connect
+
+    home = _fresh_home(args.target)
+    progress: Callable[[str], None] = _quiet if args.json else print
+    progress(f"Lockstep demo in {home}: 3 Spark jobs, {args.barriers} barriers, a dashboard")
+    with connect(home) as ls:
+        summary = run_demo(ls, barriers=args.barriers, progress=progress)
+    return Output(summary, demo_summary_text(summary))
+
+
+def _fresh_home(target: str | None) -> Path:
+    """The demo's home: a new temporary directory, or a new or empty one the user named."""
+    if target is None:
+        return Path(tempfile.mkdtemp(prefix="lockstep-demo-"))
+    if "://" in target:
+        raise ConfigurationError(
+            f"the demo needs a home directory (it writes an Iceberg warehouse), not {target!r}"
+        )
+    home = Path(target).expanduser().resolve()
+    if home.exists() and (not home.is_dir() or any(home.iterdir())):
+        raise ConfigurationError(
+            f"refusing to run the demo in {home}: it is not an empty directory; name a new "
+            "or empty one, or omit --home to use a temporary one"
+        )
+    return home
+
+
+def cmd_run(args: argparse.Namespace) -> Output:
+    """Run one job (MODULE:JOB) in this process until stopped; Ctrl-C stops between barriers."""
+    from lockstep.barrier.runtime import JobRunner
+    from lockstep.facade import connect
+
+    job = load_job(args.job)  # before Spark starts: a typo fails in a second
+    progress: Callable[[str], None] = _quiet if args.json else print
+    with connect(args.target) as ls:
+        spark = ls.spark(**({"master": args.master} if args.master else {}))
+        runner = JobRunner(ls, job, spark, ls.iceberg, progress=progress)
+        # after Spark starts: PySpark's own SIGINT handler would cancel the running Spark job
+        with _stop_on_signals("stopping after the current barrier") as stop:
+            runner.start()
+            progress(f"job {job.job_id} attached (fencing token {runner.session.token})")
+            done = runner.run(max_barriers=args.barriers, stop=stop, until_idle=args.until_idle)
+        spark.stop()
+        last = next((t.latest_written for t in ls.tables() if t.table == job.sinks[0]), None)
+    data = {
+        "job_id": job.job_id,
+        "barriers_processed": done,
+        "last_written": last,
+        "stopped_by_signal": stop.is_set(),
+    }
+    why = " (stopped by a signal)" if stop.is_set() else ""
+    return Output(data, f"job {job.job_id}: processed {done} barrier(s){why}")
+
+
+def load_job(reference: str) -> Job:
+    """The :class:`Job` named by ``module:attribute`` (a Job, or a zero-argument callable
+    returning one).
+
+    >>> load_job("lockstep.examples.shopping:sum_price").sinks
+    ['user_item_price']
+    """
+    from lockstep.barrier.runtime import Job
+
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise LockstepError(
+            f"expected MODULE:JOB, e.g. lockstep.examples.shopping:load_shopping; got {reference!r}"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise LockstepError(f"cannot import module {module_name!r}: {e}") from e
+    target: Any = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            jobs = sorted(n for n, v in vars(module).items() if isinstance(v, Job))
+            raise LockstepError(
+                f"module {module_name!r} has no {attribute!r}; jobs it defines: "
+                f"{', '.join(jobs) or '(none)'}"
+            )
+        target = getattr(target, part)
+    job = _call_factory(reference, target) if callable(target) else target
+    if not isinstance(job, Job):
+        raise LockstepError(
+            f"{reference} is a {type(job).__name__}, not a lockstep Job (or a zero-argument "
+            "callable returning one)"
+        )
+    return job
+
+
+def _call_factory(reference: str, factory: Any) -> Any:
+    """Call a job factory, refusing one that needs arguments (rather than a TypeError)."""
+    from lockstep.barrier.runtime import Job
+
+    if isinstance(factory, Job):  # a frozen dataclass instance is not callable, but be safe
+        return factory
+    try:
+        inspect.signature(factory).bind()
+    except TypeError:
+        raise LockstepError(
+            f"{reference} takes arguments; name a Job, or a callable that needs none"
+        ) from None
+    except ValueError:
+        pass  # no signature to check (a builtin): just call it
+    return factory()
+
+
+@contextmanager
+def _stop_on_signals(message: str) -> Iterator[threading.Event]:
+    """An event set by the first Ctrl-C or SIGTERM, for loops that stop at a safe point;
+    a second Ctrl-C interrupts at once."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop  # signal handlers can only be installed from the main thread
+        return
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+        print(f"{signal.Signals(signum).name}: {message}", file=sys.stderr)
+
+    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _quiet(_: str) -> None:
@@ -203,6 +361,16 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
 
 
 def _common_options(*, top_level: bool) -> argparse.ArgumentParser:
@@ -285,7 +453,14 @@ def _add_job_commands(sub: Any, cmds: _Commands) -> None:
 def _add_barrier_commands(sub: Any, cmds: _Commands) -> None:
     barrier = sub.add_parser("barrier", help="issue and list global barriers")
     barriers = barrier.add_subparsers(dest="barrier_command", required=True, metavar="COMMAND")
-    cmds.add(barriers, "issue", cmd_barrier_issue)
+    issue = cmds.add(barriers, "issue", cmd_barrier_issue)
+    issue.add_argument(
+        "--every",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="keep issuing one barrier every SECONDS until Ctrl-C/SIGTERM (or --count)",
+    )
+    issue.add_argument("--count", type=_int_at_least(1), metavar="N", help="stop after N")
     listing = cmds.add(barriers, "list", cmd_barrier_list)
     listing.add_argument("--limit", type=_int_at_least(1), default=DEFAULT_LIST_LIMIT)
 
@@ -312,10 +487,28 @@ def _add_read_commands(sub: Any, cmds: _Commands) -> None:
     cmds.add(sub, "tables", cmd_tables)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``lockstep`` (no side effects; safe to call in tests)."""
+def _add_run_commands(sub: Any, cmds: _Commands) -> None:
     from lockstep.walkthrough import MIN_BARRIERS
 
+    demo = cmds.add_plain(sub, "demo", cmd_demo)
+    demo.add_argument(
+        "--barriers", type=_int_at_least(MIN_DEMO_BARRIERS), default=DEFAULT_DEMO_BARRIERS
+    )
+    walkthrough = cmds.add_plain(sub, "walkthrough", cmd_walkthrough)
+    walkthrough.add_argument(
+        "--barriers", type=_int_at_least(MIN_BARRIERS), default=DEFAULT_WALKTHROUGH_BARRIERS
+    )
+    run = cmds.add_plain(sub, "run", cmd_run)
+    run.add_argument("job", metavar="MODULE:JOB", help="e.g. lockstep.examples.shopping:sum_price")
+    run.add_argument("--barriers", type=_int_at_least(1), metavar="N", help="stop after N")
+    run.add_argument(
+        "--until-idle", action="store_true", help="stop when no barrier is available to the job"
+    )
+    run.add_argument("--master", metavar="URL", help="Spark master (default: local[2])")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``lockstep`` (no side effects; safe to call in tests)."""
     parser = argparse.ArgumentParser(
         prog="lockstep",
         description="Keep Spark ETL jobs and their Iceberg tables moving in lockstep.",
@@ -326,8 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_job_commands(sub, cmds)
     _add_barrier_commands(sub, cmds)
     _add_read_commands(sub, cmds)
-    demo = cmds.add_plain(sub, "demo", cmd_demo)
-    demo.add_argument("--barriers", type=_int_at_least(MIN_BARRIERS), default=DEFAULT_DEMO_BARRIERS)
+    _add_run_commands(sub, cmds)
     return parser
 
 

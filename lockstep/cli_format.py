@@ -19,6 +19,7 @@ from lockstep.topology.model import JobSpec, TableType
 if TYPE_CHECKING:  # keep `lockstep --help` from loading Arrow and SQLAlchemy
     import pyarrow as pa
 
+    from lockstep.demo import DemoSummary
     from lockstep.meta_tables.store import TableStatus
     from lockstep.readers.model import SnapshotSet
 
@@ -176,3 +177,60 @@ def resolve_headline(snapshot_set: SnapshotSet) -> str:
     if len(distinct) > 1:
         return f"{level}: newest version of each table; MIXED barriers {distinct}, not consistent"
     return f"{level}: newest version of each table; barrier {distinct[0]} by luck, not guaranteed"
+
+
+# -- lockstep demo ------------------------------------------------------------------------
+
+
+def demo_verdict(summary: DemoSummary) -> str:
+    """``consistent: yes`` or ``no``, with the reason."""
+    strict = ("read_committed", "repeatable_read")
+    if summary.consistent:
+        return (
+            "consistent: yes (read_committed and repeatable_read: 0 inconsistent reads; "
+            "repeatable_read never went backwards)"
+        )
+    problems = [
+        f"{level}: {summary.reads[level]['inconsistent']} inconsistent of "
+        f"{summary.reads[level]['reads']} reads"
+        for level in strict
+    ]
+    backwards = summary.reads["repeatable_read"]["went_backwards"]
+    return f"consistent: NO ({'; '.join(problems)}; repeatable_read went backwards {backwards}x)"
+
+
+def demo_summary_text(summary: DemoSummary) -> str:
+    """The closing summary of ``lockstep demo`` for a terminal."""
+    reads = [{"level": level, **s} for level, s in summary.reads.items()]
+    columns = ["level", "reads", "inconsistent", "mixed_barriers", "went_backwards"]
+    ru = summary.reads["read_uncommitted"]
+    if ru["example"] is not None:
+        e = ru["example"]
+        at = " + ".join(f"{t}@{b}" for t, b in e["barriers"].items())
+        caught = (
+            f"  e.g. read_uncommitted read {at}: {e['user_id']}/{e['item_id']} average price "
+            f"{e['avg_price']}, truth {e['expected_avg_price']}"
+        )
+    else:
+        caught = (
+            "  read_uncommitted read no mixed barriers this time (its window is the short gap "
+            "between the two aggregates' commits); try more --barriers"
+        )
+    lineage = "; ".join(
+        f"{r['table_name']} <- {r['upstream_table']} (depth {r['depth']})" for r in summary.lineage
+    )
+    written = ", ".join(f"{job} {n}" for job, n in summary.written_per_job.items())
+    lines = [
+        f"\nSummary: {summary.barriers_done} of {summary.barriers} barriers written in every "
+        f"table in {summary.elapsed_s:.1f} s",
+        f"  barriers written per job: {written}",
+        "  dashboard reads (price / amount per user and item, checked against the ground truth):",
+        *("    " + line for line in format_table(reads, columns).splitlines()),
+        caught,
+        "  end-to-end delay per table, seconds (__META_DELAY):",
+        *("    " + line for line in format_table(summary.delay).splitlines()),
+        f"  lineage (__META_LINEAGE): {lineage}",
+        f"  {demo_verdict(summary)}",
+        f"\nExplore it: lockstep --home {summary.home} tables   (or: delay, lineage, sql ...)",
+    ]
+    return "\n".join(lines)

@@ -1,10 +1,12 @@
-"""A core-only walkthrough of Lockstep on the FLIP-276 shopping topology (``lockstep demo``).
+"""A core-only walkthrough of Lockstep on the FLIP-276 shopping topology (``lockstep walkthrough``).
 
 No Spark and no Iceberg: the three jobs are simulated through the real job protocol
 (``attach`` / ``next_barrier`` / ``report_processed`` / ``report_written``) with fake integer
 snapshot ids. One aggregate is deliberately slow for a while, so the three consistency levels
 give visibly different answers: ``read_uncommitted`` mixes barriers (the wrong average of the
-seed), ``read_committed`` and ``repeatable_read`` each give one barrier.
+seed), ``read_committed`` and ``repeatable_read`` each give one barrier. It runs in a
+second, needs neither Java nor Spark, and shows the protocol step by step; ``lockstep demo``
+runs the same topology for real (Spark jobs writing Iceberg tables).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ class Step:
 
 @dataclass(frozen=True)
 class WalkthroughSummary:
-    """The outcome (``lockstep demo --json`` prints it as one JSON object)."""
+    """The outcome (``lockstep walkthrough --json`` prints it as one JSON object)."""
 
     home: str
     barriers_issued: int
@@ -146,7 +148,7 @@ def _require_fresh(ls: Lockstep) -> None:
     if ls.topology().jobs or ls.barriers(limit=1):
         where = ls.config.home or ls.config.store_url
         raise ConfigurationError(
-            f"the demo needs a fresh home, but {where} already has jobs or barriers; "
+            f"the walkthrough needs a fresh home, but {where} already has jobs or barriers; "
             "omit --home to run it in a temporary one"
         )
 
@@ -200,7 +202,8 @@ def _lineage(ls: Lockstep, table: str) -> list[dict[str, Any]]:
     return arrow_rows(ls.sql(query))
 
 
-def _delay(ls: Lockstep) -> list[dict[str, Any]]:
+def delay_by_table(ls: Lockstep) -> list[dict[str, Any]]:
+    """End-to-end delay per table over all its barriers (__META_DELAY, DESIGN §6)."""
     query = """
         SELECT table_name, count(*) AS barriers, max(barrier_id) AS latest_barrier,
                arg_max(e2e_delay_s, barrier_id) AS latest_e2e_delay_s,
@@ -222,7 +225,7 @@ def run_walkthrough(
     ((2, 3), 1)
     """
     if barriers < MIN_BARRIERS:
-        raise ConfigurationError(f"the demo needs at least {MIN_BARRIERS} barriers")
+        raise ConfigurationError(f"the walkthrough needs at least {MIN_BARRIERS} barriers")
     _require_fresh(ls)
     jobs = _register(ls, progress)
     steps = tuple(_run_step(ls, jobs, progress) for _ in range(barriers))
@@ -236,12 +239,12 @@ def run_walkthrough(
             s.barrier_id for s in steps if s.resolved["read_uncommitted"].mixed
         ),
         lineage=_lineage(ls, "user_item_price"),
-        delay=_delay(ls),
+        delay=delay_by_table(ls),
     )
 
 
 def summary_text(summary: WalkthroughSummary) -> str:
-    """The closing summary of ``lockstep demo`` for a terminal."""
+    """The closing summary of ``lockstep walkthrough`` for a terminal."""
     mixed = ", ".join(map(str, summary.read_uncommitted_mixed_at)) or "never"
     lines = [
         "\nSummary",
