@@ -47,10 +47,15 @@ def check_sinks(spec: JobSpec, barrier_id: int, snapshots: Mapping[str, int | No
         )
     for table, snapshot_id in snapshots.items():
         if snapshot_id is not None and (
-            not isinstance(snapshot_id, int) or isinstance(snapshot_id, bool)
+            not isinstance(snapshot_id, int)
+            or isinstance(snapshot_id, bool)
+            or not -(2**63) <= snapshot_id < 2**63
         ):
             raise ProtocolError(
-                spec.job_id, barrier_id, f"snapshot id for {table!r} must be an integer or None"
+                spec.job_id,
+                barrier_id,
+                f"snapshot id for {table!r} must be a 64-bit integer (an Iceberg snapshot id) "
+                "or None",
             )
 
 

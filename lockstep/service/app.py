@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import pyarrow as pa
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi import Path as FastApiPath
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,6 +31,10 @@ from lockstep.topology.model import JobSpec
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 Name = Annotated[str, Field(min_length=1, max_length=200)]
+INT64_MAX = 2**63 - 1
+Int64 = Annotated[int, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]  # what the store can hold
+BarrierPath = Annotated[int, FastApiPath(ge=0, le=INT64_MAX)]
+Limit = Annotated[int | None, Query(gt=0, le=1_000_000)]
 
 
 class _Body(BaseModel):
@@ -44,29 +49,29 @@ class JobIn(_Body):
 
 
 class TokenIn(_Body):
-    token: int
+    token: Int64
 
 
 class ReportIn(_Body):
-    token: int
-    barrier_id: int
+    token: Int64
+    barrier_id: Int64
     snapshots: dict[Name, Any]  # checked by the protocol, which names the bad table
 
 
 class WrittenIn(_Body):
-    token: int
-    barrier_id: int
+    token: Int64
+    barrier_id: Int64
     snapshots: dict[Name, Any] | None = None
 
 
 class BarrierRefIn(_Body):
-    token: int
-    barrier_id: int
+    token: Int64
+    barrier_id: Int64
 
 
 class InputCutIn(_Body):
-    token: int
-    barrier_id: int
+    token: Int64
+    barrier_id: Int64
     source: Name
     cut: dict[str, Any]
 
@@ -199,11 +204,11 @@ def create_app(
         return wire.dump(store.issue_barrier(), Barrier)
 
     @app.get("/v1/barriers")
-    def list_barriers(_: Reader, limit: Annotated[int | None, Query(gt=0)] = None) -> Any:
+    def list_barriers(_: Reader, limit: Limit = None) -> Any:
         return wire.dump(store.list_barriers(limit=limit), list[Barrier])
 
     @app.get("/v1/barriers/{barrier_id}")
-    def get_barrier(barrier_id: int, _: Reader) -> Any:
+    def get_barrier(barrier_id: BarrierPath, _: Reader) -> Any:
         return wire.dump(store.get_barrier(barrier_id), Barrier)
 
     # -- job protocol ----------------------------------------------------------------------
@@ -236,27 +241,27 @@ def create_app(
         return store.persist_input_cut(job_id, body.token, body.barrier_id, body.source, body.cut)
 
     @app.get("/v1/jobs/{job_id}/input-cuts/{barrier_id}")
-    def input_cuts(job_id: str, barrier_id: int, _: Reader) -> dict[str, dict[str, Any]]:
+    def input_cuts(job_id: str, barrier_id: BarrierPath, _: Reader) -> dict[str, dict[str, Any]]:
         return store.input_cuts(job_id, barrier_id)
 
     @app.get("/v1/jobs/{job_id}/recovery")
-    def recovery_plan(job_id: str, token: int, _: Admin) -> Any:
+    def recovery_plan(
+        job_id: str, token: Annotated[int, Query(ge=-INT64_MAX - 1, le=INT64_MAX)], _: Admin
+    ) -> Any:
         return wire.dump(store.recovery_plan(job_id, token), RecoveryPlan)
 
     @app.get("/v1/jobs/{job_id}/progress")
-    def job_progress(
-        job_id: str, _: Reader, limit: Annotated[int | None, Query(gt=0)] = None
-    ) -> Any:
+    def job_progress(job_id: str, _: Reader, limit: Limit = None) -> Any:
         return wire.dump(store.job_progress(job_id, limit=limit), list[JobProgress])
 
     @app.get("/v1/tables/{table}/versions")
-    def table_versions(
-        table: str, _: Reader, limit: Annotated[int | None, Query(gt=0)] = None
-    ) -> Any:
+    def table_versions(table: str, _: Reader, limit: Limit = None) -> Any:
         return wire.dump(store.table_versions(table, limit=limit), list[TableVersion])
 
     @app.get("/v1/tables/{table}/versions/as-of/{barrier_id}")
-    def version_as_of(table: str, barrier_id: int, _: Reader, written_only: bool = True) -> Any:
+    def version_as_of(
+        table: str, barrier_id: BarrierPath, _: Reader, written_only: bool = True
+    ) -> Any:
         version = store.version_as_of(table, barrier_id, written_only=written_only)
         return wire.dump(version, TableVersion | None)
 
