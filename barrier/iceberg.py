@@ -132,9 +132,27 @@ class IcebergTables:
         return int(rows[0][0]) if rows else None
 
     def reset_branch(self, spark: SparkSession, table: str, job_id: str) -> None:
-        """Point the job's branch at main (drops anything staged there)."""
+        """Point the job's branch at main (drops anything staged there).
+
+        Before the first publish, main does not exist and Iceberg refuses to replace a
+        branch with it ("main has no snapshot"): a job that crashed while staging its first
+        barrier would never get past recovery. Then the branch is dropped and created
+        afresh, on a new empty snapshot, as on the table's first barrier.
+        """
+        identifier, branch = self.identifier(table), self.branch(job_id)
+        if self.ref_head(spark, table, "main") is None:
+            spark.sql(f"ALTER TABLE {identifier} DROP BRANCH IF EXISTS {branch}")
+            spark.sql(f"ALTER TABLE {identifier} CREATE BRANCH {branch}")
+        else:
+            spark.sql(f"ALTER TABLE {identifier} CREATE OR REPLACE BRANCH {branch}")
+
+    def stage_snapshot(
+        self, spark: SparkSession, table: str, job_id: str, snapshot_id: int
+    ) -> None:
+        """Point the job's branch at an existing snapshot (to publish exactly that one)."""
         spark.sql(
-            f"ALTER TABLE {self.identifier(table)} CREATE OR REPLACE BRANCH {self.branch(job_id)}"
+            f"ALTER TABLE {self.identifier(table)} REPLACE BRANCH {self.branch(job_id)} "
+            f"AS OF VERSION {int(snapshot_id)}"
         )
 
     def staged_head(self, spark: SparkSession, table: str, job_id: str) -> int | None:

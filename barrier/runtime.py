@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 StepFn = Callable[[BarrierContext], None]
 Progress = Callable[[str], None]
-FAULT_ENV = "LOCKSTEP_FAULT"  # test fault injection: "<point>:<barrier_id>" SIGKILLs the job
+FAULT_ENV = "LOCKSTEP_FAULT"  # test fault injection: "<point>:<barrier_id>[:<job_id>]" SIGKILLs
 FAULT_POINTS = ("started", "after_stage", "after_processed", "after_publish", "after_written")
 
 
@@ -106,11 +106,12 @@ class JobRunner:
     # -- recovery ------------------------------------------------------------------------------
 
     def recover(self) -> None:
+        """Finish what a previous instance left: publish pre-committed barriers (exactly the
+        snapshots it staged), then drop dirty ones, which :meth:`run` replays."""
         plan = self.session.recover()
         for barrier_id in sorted({p.barrier_id for p in plan.to_publish}):
-            for table in self.job.sinks:
-                self._publish(table, barrier_id)
-            self.session.report_written(barrier_id, self._main_heads())
+            staged = {p.table: p.snapshot_id for p in plan.to_publish if p.barrier_id == barrier_id}
+            self.publish(barrier_id, staged)
             self._progress(f"{self.job.job_id}: recovered barrier {barrier_id} (published)")
         for barrier_id in plan.to_abort:
             for table in self.job.sinks:
@@ -152,9 +153,16 @@ class JobRunner:
 
     def run_barrier(self, barrier: Barrier) -> None:
         """Process one barrier through the whole protocol (DESIGN §4)."""
+        staged = self.stage(barrier)
+        self.publish(barrier.barrier_id, staged)
+        self._progress(f"{self.job.job_id}: barrier {barrier.barrier_id} written")
+
+    def stage(self, barrier: Barrier) -> dict[str, int | None]:
+        """Protocol steps 1 and 2: persist the input cuts, compute, stage every sink as a
+        snapshot tagged with the barrier, report PROCESSED. Returns the staged snapshots."""
         b = barrier.barrier_id
         job_id = self.job.job_id
-        _fault_point("started", b)
+        _fault_point("started", b, job_id)
         previous = self._previous_barrier(b)
         cuts = {
             source.name: self.session.persist_input_cut(
@@ -177,16 +185,23 @@ class JobRunner:
         with commit_properties(self.spark, {BARRIER_PROPERTY: str(b), JOB_PROPERTY: job_id}):
             self.job.step(ctx)
             ctx.finish()  # an empty tagged commit for every sink the step did not write
-        _fault_point("after_stage", b)
+        _fault_point("after_stage", b, job_id)
         staged = {t: self.tables.staged_head(self.spark, t, job_id) for t in self.job.sinks}
         self.session.report_processed(b, staged)
-        _fault_point("after_processed", b)
-        for table in self.job.sinks:
-            self._publish(table, b)
-        _fault_point("after_publish", b)
-        self.session.report_written(b, self._main_heads())
-        _fault_point("after_written", b)
-        self._progress(f"{job_id}: barrier {b} written")
+        _fault_point("after_processed", b, job_id)
+        return staged
+
+    def publish(self, barrier_id: int, staged: Mapping[str, int | None]) -> None:
+        """Protocol step 3: fast-forward each sink's main to the snapshot staged for the
+        barrier, then report WRITTEN. Idempotent (a table whose main already holds the
+        barrier is left alone); a fenced instance raises FencedError and never moves main."""
+        self.session.ensure_current()
+        published = {
+            table: self._publish(table, barrier_id, staged.get(table)) for table in self.job.sinks
+        }
+        _fault_point("after_publish", barrier_id, self.job.job_id)
+        self.session.report_written(barrier_id, published)
+        _fault_point("after_written", barrier_id, self.job.job_id)
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -199,18 +214,26 @@ class JobRunner:
         ]
         return self.ls.store.get_barrier(max(written)) if written else None
 
-    def _publish(self, table: str, barrier_id: int) -> None:
-        """Fast-forward main to the staged barrier, unless main already holds it."""
-        published = self.tables.main_barrier(self.spark, table)
-        if published is not None and published >= barrier_id:
-            return  # published before a crash: never publish twice
-        self.tables.publish(self.spark, table, self.job.job_id)
+    def _publish(self, table: str, barrier_id: int, snapshot_id: int | None) -> int | None:
+        """Make ``snapshot_id`` main's head unless main already holds the barrier (published
+        before a crash: never publish twice); returns main's head."""
+        main = self.tables.ref_head(self.spark, table, "main")
+        if snapshot_id is None or main == snapshot_id:
+            return main
+        if main is not None:
+            tag = self.tables.summary(self.spark, table, main).get(BARRIER_PROPERTY)
+            if tag is not None and int(tag) >= barrier_id:
+                return main
+        if self.tables.staged_head(self.spark, table, self.job.job_id) != snapshot_id:
+            # the branch moved since the barrier was pre-committed (e.g. reset by another
+            # instance): publish exactly the recorded snapshot, never whatever the branch holds
+            self.tables.stage_snapshot(self.spark, table, self.job.job_id, snapshot_id)
+        return self.tables.publish(self.spark, table, self.job.job_id)
 
-    def _main_heads(self) -> dict[str, int | None]:
-        return {t: self.tables.ref_head(self.spark, t, "main") for t in self.job.sinks}
 
-
-def _fault_point(point: str, barrier_id: int) -> None:
-    """Crash here (SIGKILL, no cleanup) if the fault-injection variable says so."""
-    if os.environ.get(FAULT_ENV) == f"{point}:{barrier_id}":
+def _fault_point(point: str, barrier_id: int, job_id: str) -> None:
+    """Crash here (SIGKILL, no cleanup) if the fault-injection variable says so:
+    ``<point>:<barrier_id>`` for any job, ``<point>:<barrier_id>:<job_id>`` for one."""
+    fault = os.environ.get(FAULT_ENV)
+    if fault in (f"{point}:{barrier_id}", f"{point}:{barrier_id}:{job_id}"):
         os.kill(os.getpid(), signal.SIGKILL)

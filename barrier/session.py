@@ -62,6 +62,13 @@ class JobSession:
                 )
             time.sleep(poll_s)
 
+    def ensure_current(self) -> None:
+        """Raise FencedError if a newer instance of the job has attached since this one.
+
+        Iceberg itself knows nothing of fencing: the runtime asks before it moves ``main``.
+        """
+        self._store.recovery_plan(self.job_id, self.token)  # a read that checks the token
+
     def report_processed(
         self, barrier_id: int, snapshots: Mapping[str, int | None]
     ) -> list[TableVersion]:
