@@ -209,7 +209,7 @@ def demo_summary_text(summary: DemoSummary) -> str:
         at = " + ".join(f"{t}@{b}" for t, b in e["barriers"].items())
         caught = (
             f"  e.g. read_uncommitted read {at}: {e['user_id']}/{e['item_id']} average price "
-            f"{e['avg_price']}, truth {e['expected_avg_price']}"
+            f"{e['avg_price']}, should be {e['expected_avg_price']}"
         )
     else:
         caught = (

@@ -9,6 +9,10 @@ A dashboard thread meanwhile runs the seed's query (``price / amount`` per user 
 a join of the two aggregates) round-robin at the three consistency levels, and checks each
 answer against the ground truth of the barrier(s) it read (``shopping.expected_sums``).
 
+The jobs are independent, as in production: ``sum_price`` looks for new barriers once a
+second (a slower trigger), the others every 100 ms, so the two aggregates commit a barrier
+at different moments, which is the seed's problem.
+
 The point of the demo is the last table of its summary: ``read_uncommitted`` joins the two
 aggregates at different barriers now and then (the seed's 25 instead of 10), while
 ``read_committed`` and ``repeatable_read`` never give a wrong answer.
@@ -49,6 +53,8 @@ ROUND = (
     ConsistencyLevel.REPEATABLE_READ,
 )
 POLL_S = 0.05  # how often the coordinator looks at the pipeline's progress
+JOB_POLL_S = 0.1  # how often a job looks for its next barrier when it has none
+SLOW_TRIGGER_S = {"sum_price": 1.0}  # independent jobs are not in step with each other
 STALL_TIMEOUT_S = 300.0  # no barrier committed for this long: something is broken
 
 Progress = Callable[[str], None]
@@ -215,7 +221,8 @@ class _Pipeline:
 
     def _run_job(self, runner: JobRunner) -> None:
         try:
-            runner.run(stop=self.stop)
+            poll_s = SLOW_TRIGGER_S.get(runner.job.job_id, JOB_POLL_S)
+            runner.run(stop=self.stop, poll_s=poll_s)
         except BaseException as e:  # surfaced by the coordinator, which stops the demo
             self.errors.append((runner.job.job_id, e))
             self.stop.set()
