@@ -65,7 +65,7 @@ class BarrierTicker:
             self._stop.wait(min(self.interval_s / 2, 1.0))
 
 
-def serve(settings: ServiceSettings, *, barrier_interval_s: float | None = None) -> None:
+def serve(settings: ServiceSettings) -> None:
     """Run the service until interrupted (blocking)."""
     import uvicorn
 
@@ -83,7 +83,8 @@ def serve(settings: ServiceSettings, *, barrier_interval_s: float | None = None)
         sql_timeout_s=settings.sql_timeout_s,
         sql_max_rows=settings.sql_max_rows,
     )
-    ticker = BarrierTicker(store, barrier_interval_s) if barrier_interval_s else None
+    interval = settings.barrier_interval_s
+    ticker = BarrierTicker(store, interval) if interval else None
     if ticker is not None:
         ticker.start()
     try:
@@ -97,6 +98,7 @@ def serve(settings: ServiceSettings, *, barrier_interval_s: float | None = None)
 def main(argv: list[str] | None = None) -> None:
     """``python -m lockstep.service.server`` (``lockstep serve`` calls the same)."""
     parser = argparse.ArgumentParser(prog="lockstep serve", description=__doc__)
+    parser.add_argument("--config", type=Path, help="a TOML file of service settings")
     parser.add_argument("--store", help="store URL (sqlite:///… or postgresql://…)")
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
@@ -110,11 +112,12 @@ def main(argv: list[str] | None = None) -> None:
             "host": args.host,
             "port": args.port,
             "token_file": args.token_file,
+            "barrier_interval_s": args.barrier_interval,
         }.items()
         if v is not None
     }
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    serve(ServiceSettings(**overrides), barrier_interval_s=args.barrier_interval)
+    serve(ServiceSettings.load(args.config, **overrides))
 
 
 if __name__ == "__main__":

@@ -1,21 +1,50 @@
-"""Typed settings of the coordinator service: from arguments, environment or a file."""
+"""Typed settings of the coordinator service: from a file, the environment, or flags."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
 
+from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from lockstep.errors import ConfigurationError
 
 
 class ServiceSettings(BaseSettings):
-    """``LOCKSTEP_SERVICE_*`` environment variables (or a ``.env``-style file) configure the
-    service; command-line flags of ``lockstep serve`` override them."""
+    """The service's configuration.
 
-    model_config = SettingsConfigDict(env_prefix="LOCKSTEP_SERVICE_", frozen=True)
+    Precedence, highest first: command-line flags of ``lockstep serve``, environment
+    variables (``LOCKSTEP_SERVICE_STORE``, ``LOCKSTEP_SERVICE_PORT``, ...), a TOML file
+    (``--config``), then these defaults.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="LOCKSTEP_SERVICE_", frozen=True, extra="forbid")
 
     store: str = "sqlite:///.lockstep/lockstep.db"
     host: str = "127.0.0.1"
     port: int = 8765
     token_file: Path | None = None
+    barrier_interval_s: float | None = None
     sql_timeout_s: float = 10.0
     sql_max_rows: int = 10_000
+
+    @classmethod
+    def load(cls, config_file: Path | None = None, **overrides: Any) -> ServiceSettings:
+        """Settings from ``config_file`` (TOML), the environment and ``overrides``."""
+        from_file: dict[str, Any] = {}
+        if config_file is not None:
+            if sys.version_info < (3, 11):
+                raise ConfigurationError("reading a TOML config file needs Python 3.11 or newer")
+            import tomllib
+
+            try:
+                from_file = tomllib.loads(config_file.read_text())
+            except (OSError, tomllib.TOMLDecodeError) as e:
+                raise ConfigurationError(f"cannot read service config {config_file}: {e}") from e
+        try:
+            from_environment = cls().model_dump(exclude_unset=True)
+            return cls(**{**from_file, **from_environment, **overrides})
+        except ValidationError as e:
+            raise ConfigurationError(f"invalid service settings: {e}") from e
