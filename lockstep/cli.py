@@ -52,8 +52,6 @@ TOPOLOGY_FORMATS = ("text", "json", "dot", "mermaid")
 DEFAULT_LIST_LIMIT = 20
 DEFAULT_SQL_MAX_ROWS = 10_000
 DEFAULT_WALKTHROUGH_BARRIERS = 5
-DEFAULT_DEMO_BARRIERS = 8  # about a minute on a 2-core machine, JVM start included
-MIN_DEMO_BARRIERS = 2
 
 
 @dataclass(frozen=True)
@@ -488,11 +486,19 @@ def _add_read_commands(sub: Any, cmds: _Commands) -> None:
 
 
 def _add_run_commands(sub: Any, cmds: _Commands) -> None:
+    from lockstep import demo as spark_demo
     from lockstep.walkthrough import MIN_BARRIERS
 
     demo = cmds.add_plain(sub, "demo", cmd_demo)
+    demo.epilog = (
+        "Runs in a new temporary home unless --home names a new or empty directory "
+        "($LOCKSTEP_HOME is not used); the home is kept, to explore with the other commands."
+    )
     demo.add_argument(
-        "--barriers", type=_int_at_least(MIN_DEMO_BARRIERS), default=DEFAULT_DEMO_BARRIERS
+        "--barriers",
+        type=_int_at_least(spark_demo.MIN_BARRIERS),
+        default=spark_demo.DEFAULT_BARRIERS,
+        help=f"how many barriers to run (default {spark_demo.DEFAULT_BARRIERS})",
     )
     walkthrough = cmds.add_plain(sub, "walkthrough", cmd_walkthrough)
     walkthrough.add_argument(
