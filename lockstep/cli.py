@@ -251,7 +251,10 @@ def cmd_run(args: argparse.Namespace) -> Output:
         # after Spark starts: PySpark's own SIGINT handler would cancel the running Spark job
         with _stop_on_signals("stopping after the current barrier") as stop:
             runner.start()
-            progress(f"job {job.job_id} attached (fencing token {runner.session.token})")
+            progress(
+                f"job {job.job_id} attached (fencing token {runner.session.token}); "
+                "processing barriers as they come, Ctrl-C stops between two"
+            )
             done = runner.run(max_barriers=args.barriers, stop=stop, until_idle=args.until_idle)
         spark.stop()
         last = next((t.latest_written for t in ls.tables() if t.table == job.sinks[0]), None)

@@ -13,7 +13,7 @@ The jobs are independent, as in production: ``sum_price`` is a scheduled job tha
 a barrier only on a whole-second tick, the others start one as soon as it is available, so
 the two aggregates commit a barrier at different moments, which is the seed's problem.
 
-The point of the demo is the last table of its summary: ``read_uncommitted`` joins the two
+The point of the demo is the reads table of its summary: ``read_uncommitted`` joins the two
 aggregates at different barriers now and then (the seed's 25 instead of 10), while
 ``read_committed`` and ``repeatable_read`` never give a wrong answer.
 """
@@ -55,7 +55,7 @@ ROUND = (
 POLL_S = 0.05  # how often the coordinator looks at the pipeline's progress
 JOB_POLL_S = 0.1  # how often a job looks for its next barrier when it has none
 TICK_S = {"sum_price": 1.0}  # jobs that start barriers on a schedule's ticks only
-STALL_TIMEOUT_S = 300.0  # no barrier committed for this long: something is broken
+STALL_TIMEOUT_S = 300.0  # no table written for this long: something is broken
 
 Progress = Callable[[str], None]
 Key = tuple[str, str]
