@@ -16,21 +16,14 @@ traceback would only bury them.
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
-import signal
 import sys
-import tempfile
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockstep.cli_format import (
+    Output,
     arrow_rows,
-    demo_summary_text,
     dump_json,
     format_cell,
     format_table,
@@ -39,12 +32,17 @@ from lockstep.cli_format import (
     resolve_rows,
     table_row,
 )
-from lockstep.errors import ConfigurationError, LockstepError, UnknownTableError
+from lockstep.cli_run import (
+    cmd_demo,
+    cmd_run,
+    cmd_serve,
+    cmd_walkthrough,
+    load_job,
+    stop_on_signals,
+)
+from lockstep.errors import LockstepError, UnknownTableError
 
 if TYPE_CHECKING:  # the facade pulls in SQLAlchemy, DuckDB and Arrow: load it lazily
-    from types import FrameType
-
-    from lockstep.barrier.runtime import Job
     from lockstep.facade import Lockstep
 
 LEVELS = ("read_uncommitted", "read_committed", "repeatable_read")
@@ -52,14 +50,6 @@ TOPOLOGY_FORMATS = ("text", "json", "dot", "mermaid")
 DEFAULT_LIST_LIMIT = 20
 DEFAULT_SQL_MAX_ROWS = 10_000
 DEFAULT_WALKTHROUGH_BARRIERS = 5
-
-
-@dataclass(frozen=True)
-class Output:
-    """A command's result: ``data`` for ``--json``, ``text`` for a terminal."""
-
-    data: Any
-    text: str
 
 
 Handler = Callable[[argparse.Namespace], Output]
@@ -116,7 +106,7 @@ def cmd_barrier_issue(ls: Lockstep, args: argparse.Namespace) -> Output:
         return Output(data, f"issued barrier {barrier.barrier_id} at {format_cell(barrier.ts)} UTC")
     progress = _quiet if args.json else print
     issued: list[dict[str, Any]] = []
-    with _stop_on_signals("stopping") as stop:
+    with stop_on_signals("stopping") as stop:
         while args.count is None or len(issued) < args.count:
             barrier = ls.issue_barrier()
             issued.append({"barrier_id": barrier.barrier_id, "ts": barrier.ts})
@@ -194,158 +184,11 @@ def cmd_tables(ls: Lockstep, args: argparse.Namespace) -> Output:
     return Output(rows, format_table(rows, empty="no tables (register a job first)"))
 
 
-def cmd_walkthrough(args: argparse.Namespace) -> Output:
-    """A core-only walkthrough of the three consistency levels on the FLIP-276 topology."""
-    from lockstep.facade import connect
-    from lockstep.walkthrough import run_walkthrough, summary_text
-
-    # A kept temporary home, so the user can explore the result with the other commands.
-    target = args.target or tempfile.mkdtemp(prefix="lockstep-walkthrough-")
-    progress: Callable[[str], None] = _quiet if args.json else print
-    progress(f"Lockstep walkthrough (simulated jobs, fake snapshot ids) in {target}")
-    with connect(target) as ls:
-        summary = run_walkthrough(ls, barriers=args.barriers, progress=progress)
-    return Output(summary, summary_text(summary))
-
-
-def cmd_demo(args: argparse.Namespace) -> Output:
-    """The FLIP-276 shopping pipeline on Spark and Iceberg, with a dashboard checking itself."""
-    from lockstep.demo import run_demo
-    from lockstep.facade import connect
-
-    home = _fresh_home(args.target)
-    progress: Callable[[str], None] = _quiet if args.json else print
-    progress(f"Lockstep demo in {home}: 3 Spark jobs, {args.barriers} barriers, a dashboard")
-    with connect(home) as ls:
-        summary = run_demo(ls, barriers=args.barriers, progress=progress)
-    return Output(summary, demo_summary_text(summary))
-
-
-def _fresh_home(target: str | None) -> Path:
-    """The demo's home: a new temporary directory, or a new or empty one the user named."""
-    if target is None:
-        return Path(tempfile.mkdtemp(prefix="lockstep-demo-"))
-    if "://" in target:
-        raise ConfigurationError(
-            f"the demo needs a home directory (it writes an Iceberg warehouse), not {target!r}"
-        )
-    home = Path(target).expanduser().resolve()
-    if home.exists() and (not home.is_dir() or any(home.iterdir())):
-        raise ConfigurationError(
-            f"refusing to run the demo in {home}: it is not an empty directory; name a new "
-            "or empty one, or omit --home to use a temporary one"
-        )
-    return home
-
-
-def cmd_run(args: argparse.Namespace) -> Output:
-    """Run one job (MODULE:JOB) in this process until stopped; Ctrl-C stops between barriers."""
-    from lockstep.barrier.runtime import JobRunner
-    from lockstep.facade import connect
-
-    job = load_job(args.job)  # before Spark starts: a typo fails in a second
-    progress: Callable[[str], None] = _quiet if args.json else print
-    with connect(args.target) as ls:
-        spark = ls.spark(**({"master": args.master} if args.master else {}))
-        runner = JobRunner(ls, job, spark, ls.iceberg, progress=progress)
-        # after Spark starts: PySpark's own SIGINT handler would cancel the running Spark job
-        with _stop_on_signals("stopping after the current barrier") as stop:
-            runner.start()
-            progress(
-                f"job {job.job_id} attached (fencing token {runner.session.token}); "
-                "processing barriers as they come, Ctrl-C stops between two"
-            )
-            done = runner.run(max_barriers=args.barriers, stop=stop, until_idle=args.until_idle)
-        spark.stop()
-        last = next((t.latest_written for t in ls.tables() if t.table == job.sinks[0]), None)
-    data = {
-        "job_id": job.job_id,
-        "barriers_processed": done,
-        "last_written": last,
-        "stopped_by_signal": stop.is_set(),
-    }
-    why = " (stopped by a signal)" if stop.is_set() else ""
-    return Output(data, f"job {job.job_id}: processed {done} barrier(s){why}")
-
-
-def load_job(reference: str) -> Job:
-    """The :class:`Job` named by ``module:attribute`` (a Job, or a zero-argument callable
-    returning one).
-
-    >>> load_job("lockstep.examples.shopping:sum_price").sinks
-    ['user_item_price']
-    """
-    from lockstep.barrier.runtime import Job
-
-    module_name, _, attribute = reference.partition(":")
-    if not module_name or not attribute:
-        raise LockstepError(
-            f"expected MODULE:JOB, e.g. lockstep.examples.shopping:load_shopping; got {reference!r}"
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise LockstepError(f"cannot import module {module_name!r}: {e}") from e
-    target: Any = module
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            jobs = sorted(n for n, v in vars(module).items() if isinstance(v, Job))
-            raise LockstepError(
-                f"module {module_name!r} has no {attribute!r}; jobs it defines: "
-                f"{', '.join(jobs) or '(none)'}"
-            )
-        target = getattr(target, part)
-    job = _call_factory(reference, target) if callable(target) else target
-    if not isinstance(job, Job):
-        raise LockstepError(
-            f"{reference} is a {type(job).__name__}, not a lockstep Job (or a zero-argument "
-            "callable returning one)"
-        )
-    return job
-
-
-def _call_factory(reference: str, factory: Any) -> Any:
-    """Call a job factory, refusing one that needs arguments (rather than a TypeError)."""
-    from lockstep.barrier.runtime import Job
-
-    if isinstance(factory, Job):  # a frozen dataclass instance is not callable, but be safe
-        return factory
-    try:
-        inspect.signature(factory).bind()
-    except TypeError:
-        raise LockstepError(
-            f"{reference} takes arguments; name a Job, or a callable that needs none"
-        ) from None
-    except ValueError:
-        pass  # no signature to check (a builtin): just call it
-    return factory()
-
-
-@contextmanager
-def _stop_on_signals(message: str) -> Iterator[threading.Event]:
-    """An event set by the first Ctrl-C or SIGTERM, for loops that stop at a safe point;
-    a second Ctrl-C interrupts at once."""
-    stop = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop  # signal handlers can only be installed from the main thread
-        return
-
-    def handle(signum: int, _frame: FrameType | None) -> None:
-        if stop.is_set() and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        stop.set()
-        print(f"{signal.Signals(signum).name}: {message}", file=sys.stderr)
-
-    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
 def _quiet(_: str) -> None:
     pass
+
+
+__all__ = ["build_parser", "load_job", "main"]
 
 
 # -- parser -------------------------------------------------------------------------------
@@ -516,6 +359,26 @@ def _add_run_commands(sub: Any, cmds: _Commands) -> None:
     run.add_argument("--master", metavar="URL", help="Spark master (default: local[2])")
 
 
+def _add_serve_command(sub: Any, cmds: _Commands) -> None:
+    serve = cmds.add_plain(sub, "serve", cmd_serve)
+    serve.epilog = (
+        "The store is --store/--home, else $LOCKSTEP_SERVICE_STORE, else the config file. "
+        "Run several replicas over one PostgreSQL store for a shared, highly available service."
+    )
+    serve.add_argument("--config", type=Path, metavar="FILE", help="TOML service settings")
+    serve.add_argument("--host", metavar="HOST", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=_int_at_least(1), metavar="PORT", help="default 8765")
+    serve.add_argument(
+        "--token-file", type=Path, metavar="FILE", help="lines of 'ROLE TOKEN' (admin or read)"
+    )
+    serve.add_argument(
+        "--barrier-interval",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="issue a barrier every SECONDS (in one replica at a time)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``lockstep`` (no side effects; safe to call in tests)."""
     parser = argparse.ArgumentParser(
@@ -529,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_barrier_commands(sub, cmds)
     _add_read_commands(sub, cmds)
     _add_run_commands(sub, cmds)
+    _add_serve_command(sub, cmds)
     return parser
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import enum
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,14 @@ if TYPE_CHECKING:  # keep `lockstep --help` from loading Arrow and SQLAlchemy
     from lockstep.readers.model import SnapshotSet
 
 MISSING = "-"
+
+
+@dataclass(frozen=True)
+class Output:
+    """A command's result: ``data`` for ``--json``, ``text`` for a terminal."""
+
+    data: Any
+    text: str
 
 
 def _as_utc(value: datetime) -> datetime:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import socket
+import sys
 import threading
 import uuid
 from datetime import timedelta
@@ -87,6 +89,10 @@ def serve(settings: ServiceSettings) -> None:
     ticker = BarrierTicker(store, interval) if interval else None
     if ticker is not None:
         ticker.start()
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn shuts down gracefully on SIGTERM, then re-raises it: make that re-raise a
+        # clean exit, so the ticker resigns its lease and the store closes
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
     finally:

@@ -1,0 +1,66 @@
+"""``lockstep serve``: the CLI starts the service; a client uses it; SIGTERM stops it."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from service_fixtures import free_port
+
+import lockstep
+
+pytest.importorskip("uvicorn")
+
+
+def test_serve_from_the_command_line(tmp_path: Path) -> None:
+    executable = shutil.which("lockstep", path=str(Path(sys.executable).parent))
+    assert executable is not None
+    tokens = tmp_path / "tokens"
+    tokens.write_text("admin cli-admin\n")
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            executable,
+            "serve",
+            "--store",
+            f"sqlite:///{tmp_path / 'svc.db'}",
+            "--port",
+            str(port),
+            "--token-file",
+            str(tokens),
+            "--barrier-interval",
+            "0.2",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):  # a readiness probe, bounded to 10 s
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        else:
+            raise AssertionError("lockstep serve never became healthy")
+        ls = lockstep.connect(url, token="cli-admin")
+        first = ls.barriers(limit=1)
+        deadline = time.monotonic() + 10
+        while not ls.barriers(limit=1) or ls.barriers(limit=1) == first:
+            assert time.monotonic() < deadline, "the barrier ticker issued nothing"
+            time.sleep(0.05)
+        assert ls.barriers(limit=1)[0].barrier_id >= 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert f"Lockstep coordinator on http://127.0.0.1:{port}" in stderr
+    assert "cli-admin" not in stderr  # the token is never logged
