@@ -88,6 +88,7 @@ class JobRunner:
         self.tables = tables
         self._progress = progress or (lambda _message: None)
         self._session: JobSession | None = None
+        self._interrupted = False  # a barrier failed part-way; recover before going on
         tables.register_catalog(spark)
 
     @property
@@ -101,6 +102,7 @@ class JobRunner:
         self.ls.store.register_job(self.job.spec())
         self._session = self.ls.attach(self.job.job_id)
         self.recover()
+        self._interrupted = False
         return self._session
 
     # -- recovery ------------------------------------------------------------------------------
@@ -137,6 +139,12 @@ class JobRunner:
         """
         if self._session is None:
             self.start()
+        elif self._interrupted:
+            # a barrier failed half-way in an earlier run (e.g. a publish error after
+            # PROCESSED): finish or drop it first, as a restarted instance would, rather
+            # than stage a pre-committed barrier again (the coordinator refuses that)
+            self.recover()
+            self._interrupted = False
         done = 0
         stop = stop or threading.Event()
         while max_barriers is None or done < max_barriers:
@@ -145,7 +153,11 @@ class JobRunner:
                 if until_idle or stop.wait(poll_s):
                     break
                 continue
-            self.run_barrier(barrier)
+            try:
+                self.run_barrier(barrier)
+            except BaseException:
+                self._interrupted = True
+                raise
             done += 1
             if stop.is_set():
                 break

@@ -3,12 +3,14 @@ small job at a time (the whole pipeline is in test_spark_pipeline.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import pytest
 from spark_checks import main_barrier_history
 
 from lockstep.barrier.context import BarrierContext
+from lockstep.barrier.iceberg import IcebergError, IcebergTables
 from lockstep.barrier.model import VersionState
 from lockstep.barrier.runtime import Job, JobRunner
 from lockstep.facade import Lockstep
@@ -91,3 +93,34 @@ def test_publish_is_idempotent_and_publishes_exactly_the_staged_snapshot(
         1,
         2,
     ]
+
+
+@dataclasses.dataclass(frozen=True)
+class FlakyTables(IcebergTables):
+    """Iceberg tables whose next publishes fail (a transient catalog error)."""
+
+    failures: list[str] = dataclasses.field(default_factory=list)
+
+    def publish(self, spark: SparkSession, table: str, job_id: str) -> int:
+        if self.failures:
+            raise IcebergError(self.failures.pop())
+        return super().publish(spark, table, job_id)
+
+
+def test_run_resumes_after_a_failed_publish(spark_ls: Lockstep, spark_base: SparkSession) -> None:
+    """A publish that fails leaves the barrier PROCESSED; the same runner's next run()
+    publishes it (rather than staging it again, which the coordinator refuses)."""
+    tables = FlakyTables(
+        spark_ls.iceberg.catalog, spark_ls.iceberg.warehouse, failures=["transient"]
+    )
+    runner = JobRunner(spark_ls, events_job(crash_in=set()), spark_base.newSession(), tables)
+    runner.start()
+    spark_ls.issue_barrier()
+    with pytest.raises(IcebergError, match="transient"):
+        runner.run(until_idle=True)
+    assert [v.state for v in spark_ls.store.table_versions("events")] == [VersionState.PROCESSED]
+
+    spark_ls.issue_barrier()
+    assert runner.run(until_idle=True) == 1
+    assert [v.state for v in spark_ls.store.table_versions("events")] == [VersionState.WRITTEN] * 2
+    assert main_barrier_history(tables, "events") == ([1, 2], [1, 2])
