@@ -79,8 +79,15 @@ def test_readers_answer_the_dashboard_at_one_barrier(
     assert first.arrow("user_item_amount").num_rows == 2
 
     run_barrier()
-    with spark_ls.read(AGGREGATES) as second:
+    with spark_ls.read([*AGGREGATES, "shopping"]) as second:
         assert second.barrier_id == 2
+        # the filter reaches the Iceberg scan: files without user2 are not even opened
+        user2 = second.arrow("shopping", filter="user_id = 'user2'").to_pylist()
+        assert [(r["user_id"], r["amount"]) for r in user2] == [("user2", 2)]
+        scan = spark_ls.iceberg.static_table("shopping").scan
+        shopping_2 = second.snapshots["shopping"]
+        pruned = scan(snapshot_id=shopping_2, row_filter="user_id = 'user2'").plan_files()
+        assert len(list(pruned)) < len(list(scan(snapshot_id=shopping_2).plan_files()))
         spark_2 = spark_base.newSession()
         second.spark(spark_2)
         at_2 = [("user1", "item1", 8.333), ("user2", "item1", 15.0)]
