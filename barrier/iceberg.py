@@ -146,23 +146,35 @@ class IcebergTables:
         else:
             spark.sql(f"ALTER TABLE {identifier} CREATE OR REPLACE BRANCH {branch}")
 
-    def stage_snapshot(
-        self, spark: SparkSession, table: str, job_id: str, snapshot_id: int
-    ) -> None:
-        """Point the job's branch at an existing snapshot (to publish exactly that one)."""
-        spark.sql(
-            f"ALTER TABLE {self.identifier(table)} REPLACE BRANCH {self.branch(job_id)} "
-            f"AS OF VERSION {int(snapshot_id)}"
-        )
-
     def staged_head(self, spark: SparkSession, table: str, job_id: str) -> int | None:
         return self.ref_head(spark, table, self.branch(job_id))
 
     def publish(self, spark: SparkSession, table: str, job_id: str) -> int:
         """Fast-forward main to the job's branch; returns main's new head."""
+        return self._fast_forward_main(spark, table, self.branch(job_id))
+
+    def publish_snapshot(
+        self, spark: SparkSession, table: str, job_id: str, snapshot_id: int
+    ) -> int:
+        """Fast-forward main to ``snapshot_id`` (a descendant of main's head) through a
+        short-lived branch of its own, leaving the job's staging branch alone."""
+        identifier = self.identifier(table)
+        via = "lockstep_publish_" + self.branch(job_id).removeprefix("lockstep_")
+        spark.sql(
+            f"ALTER TABLE {identifier} CREATE OR REPLACE BRANCH {via} "
+            f"AS OF VERSION {int(snapshot_id)}"
+        )
+        try:
+            return self._fast_forward_main(spark, table, via)
+        finally:
+            spark.sql(f"ALTER TABLE {identifier} DROP BRANCH IF EXISTS {via}")
+
+    def _fast_forward_main(self, spark: SparkSession, table: str, branch: str) -> int:
+        # fast_forward keeps the snapshot (id and tags), is a no-op when main is already
+        # there, and refuses if main is not an ancestor (nothing on main is ever dropped)
         row = spark.sql(
             f"CALL {self.catalog}.system.fast_forward('{self.procedure_name(table)}', 'main', "
-            f"'{self.branch(job_id)}')"
+            f"'{branch}')"
         ).collect()[0]
         return int(row["updated_ref"])
 

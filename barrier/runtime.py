@@ -236,11 +236,12 @@ class JobRunner:
             tag = self.tables.summary(self.spark, table, main).get(BARRIER_PROPERTY)
             if tag is not None and int(tag) >= barrier_id:
                 return main
-        if self.tables.staged_head(self.spark, table, self.job.job_id) != snapshot_id:
-            # the branch moved since the barrier was pre-committed (e.g. reset by another
-            # instance): publish exactly the recorded snapshot, never whatever the branch holds
-            self.tables.stage_snapshot(self.spark, table, self.job.job_id, snapshot_id)
-        return self.tables.publish(self.spark, table, self.job.job_id)
+        if self.tables.staged_head(self.spark, table, self.job.job_id) == snapshot_id:
+            return self.tables.publish(self.spark, table, self.job.job_id)
+        # The branch moved since the barrier was pre-committed (a newer instance may be
+        # staging its next barrier there): publish exactly the recorded snapshot, never
+        # whatever the branch holds, and leave the branch alone.
+        return self.tables.publish_snapshot(self.spark, table, self.job.job_id, snapshot_id)
 
 
 def _fault_point(point: str, barrier_id: int, job_id: str) -> None:

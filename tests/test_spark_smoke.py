@@ -83,6 +83,8 @@ def test_publish_is_idempotent_and_publishes_exactly_the_staged_snapshot(
     assert tables.staged_head(runner.spark, "events", job.job_id) == barrier_1
     runner.publish(2, staged)
     assert tables.ref_head(runner.spark, "events", "main") == staged["events"]
+    assert tables.staged_head(runner.spark, "events", job.job_id) == barrier_1  # untouched
+    assert set(tables.static_table("events").metadata.refs) == {"main", "lockstep_load_events"}
     runner.publish(2, staged)  # again, as a recovery after a crash would: nothing changes
     assert tables.ref_head(runner.spark, "events", "main") == staged["events"]
     assert [v.state for v in spark_ls.store.table_versions("events")] == [VersionState.WRITTEN] * 2
