@@ -3,7 +3,8 @@ Spark SQL (a snapshot of the meta tables at registration time)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -32,6 +33,14 @@ def spark_ddl(schema: pa.Schema) -> str:
     return ", ".join(f"`{f.name}` {spark_type(f.type)}" for f in schema)
 
 
+def _as_utc(value: Any) -> Any:
+    # The meta views' timestamps are UTC but naive; PySpark would read a naive datetime
+    # in the Python process's local time zone and shift every time by its offset.
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value
+
+
 def register_meta_views(ls: Lockstep, spark: SparkSession) -> list[str]:
     """Register every ``__META_*`` view in ``spark``; returns their names.
 
@@ -41,7 +50,7 @@ def register_meta_views(ls: Lockstep, spark: SparkSession) -> list[str]:
     names = []
     for view in VIEWS:
         table = ls.sql(f"SELECT * FROM {view.name}")
-        rows = [tuple(r.values()) for r in table.to_pylist()]
+        rows = [tuple(_as_utc(v) for v in r.values()) for r in table.to_pylist()]
         frame = spark.createDataFrame(rows, schema=spark_ddl(table.schema))
         frame.createOrReplaceTempView(view.name)
         names.append(view.name)

@@ -5,7 +5,8 @@ a timestamped source at ``(previous ts, ts]`` with persisted, replayable cuts.""
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta
+import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -214,3 +215,24 @@ def test_time_range_source_cuts_at_barrier_ts_and_replays_the_persisted_cut(
     assert spark_ls.store.input_cuts("load_events", 3)["events_feed"] == cut_3
     assert events_at(3) == ["e1", "e2", "e3", "e4", "e5"]
     assert ids(source.read(restarted.spark, cut_3)) == ["e5"]
+
+
+def test_meta_view_times_in_spark_are_utc_whatever_the_local_zone(
+    spark_ls: Lockstep, spark_base: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: naive UTC times of the meta views were read by PySpark in the Python
+    process's local zone, shifting every time in ``__META_*`` by its offset."""
+    spark_ls.register_job("load", sinks=["shopping"])
+    barrier = spark_ls.issue_barrier()
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        spark = spark_base.newSession()
+        register_meta_views(spark_ls, spark)
+        row = spark.sql("SELECT barrier_id, unix_micros(ts) AS us FROM __META_BARRIER").first()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert row is not None
+    micros = (barrier.ts - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
+    assert (row["barrier_id"], row["us"]) == (1, micros)
