@@ -10,6 +10,7 @@ never going backwards. read_uncommitted may mix barriers; it is recorded, not re
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -89,12 +90,15 @@ class Reader:
         return read
 
 
-def run_in_thread(target: Callable[[], object], errors: list[BaseException]) -> threading.Thread:
+def run_in_thread(
+    target: Callable[[], object], errors: list[BaseException], done: threading.Event
+) -> threading.Thread:
     def guarded() -> None:
         try:
             target()
         except BaseException as e:  # re-raised in the test thread
             errors.append(e)
+            done.set()  # stop everyone else
 
     thread = threading.Thread(target=guarded, daemon=True)
     thread.start()
@@ -130,14 +134,17 @@ def test_reads_during_the_pipeline_are_consistent(
                     final = read is not None and read.barrier_id == BARRIERS
                     if level is ConsistencyLevel.REPEATABLE_READ and final:
                         done.set()
-                done.wait(0.05)  # pace the polling (the jobs need the two cores)
+                done.wait(0.05)  # poll interval: leave the cores to the jobs
         finally:
             done.set()
 
-    threads = [run_in_thread(lambda r=r: r.run(stop=done, poll_s=0.05), errors) for r in runners]
-    threads.append(run_in_thread(read_until_done, errors))
+    threads = [
+        run_in_thread(lambda r=r: r.run(stop=done, poll_s=0.05), errors, done) for r in runners
+    ]
+    threads.append(run_in_thread(read_until_done, errors, done))
+    deadline = time.monotonic() + TIMEOUT_S
     for thread in threads:
-        thread.join(TIMEOUT_S)
+        thread.join(max(0.0, deadline - time.monotonic()))
         if thread.is_alive():
             done.set()
             pytest.fail(f"pipeline or reader did not finish within {TIMEOUT_S}s")
