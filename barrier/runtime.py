@@ -3,10 +3,12 @@
 A :class:`Job` declares its sources, sinks (and root sources) and a step function. For each
 barrier the runtime: persists the input cut, resets the sinks' staging branches, runs the
 step (every commit tagged with the barrier), stages an empty commit for a sink the step did
-not write, reports PROCESSED, publishes (fast-forward), reports WRITTEN. Each step is safe
-to crash in between: on restart, :meth:`JobRunner.recover` publishes pre-committed barriers
-(skipping what main already has) and resets dirty ones, which are then replayed from their
-persisted cut: same input, same output.
+not write, reports PROCESSED (:meth:`JobRunner.stage`), then, once the coordinator holds the
+pre-commit, publishes (fast-forward) and reports WRITTEN (:meth:`JobRunner.publish`). Each
+step is safe to crash in between: on restart, :meth:`JobRunner.recover` publishes
+pre-committed barriers (exactly the recorded snapshots, skipping what main already has) and
+resets dirty ones, which are then replayed from their persisted cut: same input, same
+output. Only the newest attached instance moves main (fencing).
 """
 
 from __future__ import annotations
