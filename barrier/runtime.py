@@ -18,7 +18,7 @@ import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lockstep.barrier.context import BarrierContext
 from lockstep.barrier.iceberg import (
@@ -178,12 +178,7 @@ class JobRunner:
         job_id = self.job.job_id
         _fault_point("started", b, job_id)
         previous = self._previous_barrier(b)
-        cuts = {
-            source.name: self.session.persist_input_cut(
-                b, source.name, source.plan_cut(barrier, previous)
-            )
-            for source in self.job.root_sources
-        }
+        cuts = self._input_cuts(barrier, previous)
         for table in self.job.sinks:
             if self.tables.exists(self.spark, table):
                 self.tables.reset_branch(self.spark, table, job_id)
@@ -218,6 +213,24 @@ class JobRunner:
         _fault_point("after_written", barrier_id, self.job.job_id)
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _input_cuts(self, barrier: Barrier, previous: Barrier | None) -> dict[str, dict[str, Any]]:
+        """Each root source's cut for ``barrier``: the persisted one on a replay (never a
+        fresh look), else a new plan, continuing from the previous barrier's persisted cut,
+        persisted before anything is read."""
+        if not self.job.root_sources:
+            return {}
+        store, job_id, b = self.ls.store, self.job.job_id, barrier.barrier_id
+        persisted = store.input_cuts(job_id, b)
+        before = store.input_cuts(job_id, previous.barrier_id) if previous is not None else {}
+        cuts = {}
+        for source in self.job.root_sources:
+            cut = persisted.get(source.name)
+            if cut is None:
+                planned = source.plan_cut(barrier, previous, before.get(source.name))
+                cut = self.session.persist_input_cut(b, source.name, planned)
+            cuts[source.name] = cut
+        return cuts
 
     def _previous_barrier(self, barrier_id: int) -> Barrier | None:
         """The job's last written barrier before this one (None on its first barrier)."""

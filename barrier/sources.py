@@ -27,8 +27,15 @@ class RootSource(Protocol):
     @property
     def name(self) -> str: ...
 
-    def plan_cut(self, barrier: Barrier, previous: Barrier | None) -> Cut:
-        """The input that belongs to ``barrier`` (JSON-able; persisted before reading)."""
+    def plan_cut(
+        self, barrier: Barrier, previous: Barrier | None, previous_cut: Mapping[str, Any] | None
+    ) -> Cut:
+        """The input that belongs to ``barrier`` (JSON-able; persisted before reading).
+
+        ``previous`` is the job's previous barrier and ``previous_cut`` this source's
+        persisted cut of it (None on the job's first barrier): a source that continues
+        from where the last cut ended (offsets) starts there.
+        """
         ...
 
     def read(self, spark: SparkSession, cut: Mapping[str, Any]) -> DataFrame:
@@ -48,7 +55,12 @@ class GeneratorSource:
     generate: Callable[[int], Sequence[Mapping[str, Any]]]
     schema: str
 
-    def plan_cut(self, barrier: Barrier, previous: Barrier | None) -> Cut:
+    def plan_cut(
+        self,
+        barrier: Barrier,
+        previous: Barrier | None,
+        previous_cut: Mapping[str, Any] | None = None,
+    ) -> Cut:
         return {"barrier_id": barrier.barrier_id}
 
     def read(self, spark: SparkSession, cut: Mapping[str, Any]) -> DataFrame:
@@ -68,7 +80,12 @@ class TimeRangeSource:
     load: Callable[[SparkSession], DataFrame]
     ts_column: str
 
-    def plan_cut(self, barrier: Barrier, previous: Barrier | None) -> Cut:
+    def plan_cut(
+        self,
+        barrier: Barrier,
+        previous: Barrier | None,
+        previous_cut: Mapping[str, Any] | None = None,
+    ) -> Cut:
         return {
             "after": previous.ts.isoformat() if previous is not None else None,
             "up_to": barrier.ts.isoformat(),
