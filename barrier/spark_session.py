@@ -10,6 +10,7 @@ Maven is reachable) instead of the local jar, and any catalog (JDBC, REST) throu
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,9 @@ def create_spark_session(config: SparkConfig) -> SparkSession:
         raise ConfigurationError("PySpark is not installed: pip install 'lockstep[spark]'") from e
     if config.is_local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # local Python workers run this interpreter (the one with lockstep and its deps
+        # installed), not whatever python3 is first on PATH
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(config.master).appName(config.app_name)
     for key, value in config.settings().items():
         builder = builder.config(key, value)
