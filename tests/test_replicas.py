@@ -116,7 +116,7 @@ class Recorder:
 
 
 def test_replicas_under_load_with_one_killed(
-    replicas: list[Replica],
+    replicas: list[Replica], capsys: pytest.CaptureFixture[str]
 ) -> None:
     (url_a, process_a), (url_b, _) = replicas
     recorder = Recorder()
@@ -213,8 +213,9 @@ def test_replicas_under_load_with_one_killed(
     latencies = sorted(recorder.latencies)
     p50 = statistics.median(latencies) * 1000
     p99 = latencies[int(0.99 * (len(latencies) - 1))] * 1000
-    print(
-        f"\nreplica load: {len(latencies)} requests in {elapsed:.1f}s "
-        f"({len(latencies) / elapsed:.0f} req/s), p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
-        f"{reads[0]} consistent reads, {len(barriers)} barriers, 0 server errors"
-    )
+    with capsys.disabled():  # the figures belong in the CI log
+        print(
+            f"\nreplica load: {len(latencies)} requests in {elapsed:.1f}s "
+            f"({len(latencies) / elapsed:.0f} req/s), p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
+            f"{reads[0]} consistent reads, {len(barriers)} barriers, 0 server errors"
+        )
