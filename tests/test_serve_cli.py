@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_fixtures import free_port
+from ports import free_port
 
 import lockstep
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from service_fixtures import free_port
+from ports import free_port
 from store_contract import StoreContract
 
 import lockstep
