@@ -20,9 +20,10 @@ Consumer-group offsets are committed for monitoring only, after WRITTEN: when pl
 barrier ``b``, the source commits the ends of the job's previous barrier (WRITTEN by then);
 :meth:`KafkaSource.commit_written` does it directly, for a runtime hook.
 
-The previous barrier's cut lives in the metadata store: run a job through
-:func:`bind_root_sources` so its Kafka sources can look it up (and skip planning a barrier
-whose cut is already persisted).
+The previous barrier's cut lives in the metadata store. The job runtime passes it to
+:meth:`KafkaSource.plan_cut` and reuses a persisted cut on a replay; to call ``plan_cut``
+outside the runtime, bind the source to the store (:func:`bind_root_sources`) so it can look
+both up itself.
 """
 
 from __future__ import annotations
@@ -249,8 +250,9 @@ class KafkaSource:
             if self.history is None or self.job_id is None:
                 raise KafkaSourceError(
                     f"Kafka source {self.name!r} needs the persisted cut of barrier "
-                    f"{previous.barrier_id} to start from: run the job through "
-                    "lockstep.barrier.kafka.bind_root_sources(job, ls.store)"
+                    f"{previous.barrier_id} to start from: run the job with JobRunner (or "
+                    "lockstep run), or bind it: lockstep.barrier.kafka.bind_root_sources(job, "
+                    "ls.store)"
                 )
             given = self.history.input_cuts(self.job_id, previous.barrier_id).get(self.name)
         if given is None:
