@@ -32,6 +32,7 @@ from lockstep.cli_format import (
     resolve_rows,
     table_row,
 )
+from lockstep.cli_ops import add_ops_commands
 from lockstep.cli_run import (
     cmd_demo,
     cmd_run,
@@ -393,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_read_commands(sub, cmds)
     _add_run_commands(sub, cmds)
     _add_serve_command(sub, cmds)
+    add_ops_commands(sub, cmds)
     return parser
 
 
