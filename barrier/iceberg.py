@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 BARRIER_PROPERTY = "lockstep.barrier"
 JOB_PROPERTY = "lockstep.job"
+INPUT_CUTS_PROPERTY = "lockstep.input-cuts"  # JSON {source: cut}, on root jobs' commits
+REVISION_PROPERTY = "lockstep.revision"  # on the commit that empties a table for a revision
 SIGN_COLUMN = "_sign"
 TABLE_PROPERTIES = {
     "format-version": "2",

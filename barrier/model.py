@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 
 class VersionState(str, enum.Enum):
@@ -85,3 +86,78 @@ class JobProgress:
     started_at: datetime | None
     processed_at: datetime | None
     written_at: datetime | None
+
+
+# -- operations (DESIGN §7) ---------------------------------------------------------------------
+
+
+class RevisionState(str, enum.Enum):
+    """A revision is IN_PROGRESS from the moment its jobs are fenced until every table is
+    rolled back; its jobs cannot attach meanwhile."""
+
+    PLANNED = "PLANNED"  # a dry run: nothing was changed
+    IN_PROGRESS = "IN_PROGRESS"
+    DONE = "DONE"
+
+
+@dataclass(frozen=True)
+class RevisedTable:
+    """One table of a revision: its newest version before, and the version it returns to.
+
+    ``keep_barrier``/``keep_snapshot`` None: the table is emptied (a full revision, or the
+    table had no version at the target barrier).
+    """
+
+    table: str
+    job_id: str
+    newest_barrier: int | None
+    newest_snapshot: int | None
+    keep_barrier: int | None
+    keep_snapshot: int | None
+    revised_versions: int
+
+
+@dataclass(frozen=True)
+class Revision:
+    """Revising ``table`` back to ``to_barrier`` (0: from the start, ``full``): the downstream
+    closure's jobs are fenced and reset, their tables rolled back. ``revision_id`` is 0 for a
+    plan that was not begun (a dry run)."""
+
+    revision_id: int
+    table: str
+    to_barrier: int
+    full: bool
+    state: RevisionState
+    jobs: tuple[str, ...]
+    tables: tuple[RevisedTable, ...]
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class TableRetention:
+    """What expiration must keep of a table (DESIGN §7).
+
+    Versions from ``keep_from`` (a barrier) on are kept, and so is every snapshot in
+    ``leased_snapshots``; older snapshots may be expired. ``pinned_by`` says what holds
+    ``keep_from`` back (retention, a job's next changes read, a lease).
+    """
+
+    table: str
+    keep_from: int | None
+    keep_snapshot: int | None
+    pinned_by: tuple[str, ...]
+    leased_snapshots: tuple[int, ...]
+    kept_from_before: int
+
+
+@dataclass(frozen=True)
+class FoundVersion:
+    """A table version found in the table itself (its snapshot summary), for repair."""
+
+    table: str
+    barrier_id: int
+    job_id: str
+    snapshot_id: int
+    committed_at: datetime
+    input_cuts: dict[str, dict[str, Any]]

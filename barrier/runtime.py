@@ -13,6 +13,7 @@ output. Only the newest attached instance moves main (fencing).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from lockstep.barrier.context import BarrierContext
 from lockstep.barrier.iceberg import (
     BARRIER_PROPERTY,
+    INPUT_CUTS_PROPERTY,
     JOB_PROPERTY,
     IcebergTables,
     commit_properties,
@@ -191,7 +193,10 @@ class JobRunner:
             previous=previous,
             cuts=cuts,
         )
-        with commit_properties(self.spark, {BARRIER_PROPERTY: str(b), JOB_PROPERTY: job_id}):
+        tags = {BARRIER_PROPERTY: str(b), JOB_PROPERTY: job_id}
+        if cuts:  # the table carries its own input cuts: `lockstep repair` can restore them
+            tags[INPUT_CUTS_PROPERTY] = json.dumps(cuts, sort_keys=True)
+        with commit_properties(self.spark, tags):
             self.job.step(ctx)
             ctx.finish()  # an empty tagged commit for every sink the step did not write
         _fault_point("after_stage", b, job_id)

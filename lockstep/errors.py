@@ -167,7 +167,8 @@ class FencedError(ProtocolError):
             job_id,
             None,
             f"this job instance (fencing token {token}) was fenced by a newer instance "
-            f"(token {current}); stop this instance, the newer one owns the job",
+            f"(token {current}) or by a revision of its tables; stop this instance and start "
+            "the job again",
         )
         self.token = token
         self.current = current
@@ -179,6 +180,39 @@ class UnknownBarrierError(LockstepError):
     def __init__(self, barrier_id: int) -> None:
         super().__init__(f"barrier {barrier_id} has not been issued")
         self.barrier_id = barrier_id
+
+
+# --- operations ----------------------------------------------------------------------------
+
+
+class RevisionInProgressError(LockstepError):
+    """A revision of these jobs' tables has begun and not finished; they wait for it."""
+
+    def __init__(self, revision_id: int, table: str, to_barrier: int, reason: str) -> None:
+        target = "from the start" if to_barrier == 0 else f"to barrier {to_barrier}"
+        super().__init__(
+            f"revision {revision_id} of {table!r} ({target}) is in progress: {reason}. Let it "
+            f"finish, or resume it: lockstep revise {table} "
+            + ("--full" if to_barrier == 0 else f"--to-barrier {to_barrier}")
+        )
+        self.revision_id = revision_id
+        self.table = table
+        self.barrier_id = to_barrier
+        self.reason = reason
+
+
+class SnapshotExpiredError(LockstepError):
+    """The versions an operation or a read needs were expired."""
+
+    def __init__(self, table: str, barrier_id: int, kept_from: int, what: str) -> None:
+        super().__init__(
+            f"{what} needs {table!r} at barrier {barrier_id}, but its versions before barrier "
+            f"{kept_from} were expired; read or revise from barrier {kept_from} on (or revise "
+            "with --full)"
+        )
+        self.table = table
+        self.barrier_id = barrier_id
+        self.found = kept_from
 
 
 # --- readers -----------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 import pyarrow as pa
 
 from lockstep.barrier.iceberg import IcebergTables
-from lockstep.barrier.model import Barrier
+from lockstep.barrier.model import Barrier, Revision
 from lockstep.barrier.session import JobSession
 from lockstep.config import LockstepConfig
 from lockstep.errors import ConfigurationError, LockstepError
@@ -24,6 +24,10 @@ from lockstep.topology.model import JobSpec
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from lockstep.barrier.expiration import TableExpiration
+    from lockstep.barrier.repair import RepairReport
+
+Progress = Callable[[str], None]
 Level = ConsistencyLevel | Literal["read_uncommitted", "read_committed", "repeatable_read"]
 
 
@@ -151,6 +155,60 @@ class Lockstep:
     def sql(self, query: str, *, max_rows: int | None = None) -> pa.Table:
         """Run a read-only SQL query over the ``__META_*`` views; returns Arrow."""
         return self.store.query_meta(query, max_rows=max_rows)
+
+    # -- operations (DESIGN §7) ----------------------------------------------------------------
+
+    def revise(
+        self,
+        table: str,
+        to_barrier: int = 0,
+        *,
+        full: bool = False,
+        dry_run: bool = False,
+        spark: SparkSession | None = None,
+        progress: Progress | None = None,
+    ) -> Revision:
+        """Take ``table`` and everything downstream back to ``to_barrier`` (``full``: empty
+        them and reprocess from the start); ``dry_run`` only plans. The jobs reprocess when
+        they next start."""
+        if dry_run:
+            return self.store.plan_revision(table, to_barrier, full=full)
+        from lockstep.barrier.revision import revise
+
+        spark = spark or self.spark()
+        self.iceberg.register_catalog(spark)
+        return revise(
+            self.store, self.iceberg, spark, table, to_barrier, full=full, progress=progress
+        )
+
+    def expire(
+        self,
+        *,
+        retain_barriers: int | None = None,
+        dry_run: bool = False,
+        spark: SparkSession | None = None,
+        progress: Progress | None = None,
+    ) -> list[TableExpiration]:
+        """Expire snapshots no lease, job or retention (last N barriers) needs."""
+        from lockstep.barrier.expiration import DEFAULT_RETAIN_BARRIERS, expire
+
+        if not dry_run:
+            spark = spark or self.spark()
+            self.iceberg.register_catalog(spark)
+        return expire(
+            self.store,
+            self.iceberg,
+            spark,
+            retain_barriers=retain_barriers or DEFAULT_RETAIN_BARRIERS,
+            dry_run=dry_run,
+            progress=progress,
+        )
+
+    def repair(self, *, dry_run: bool = False, progress: Progress | None = None) -> RepairReport:
+        """Rebuild table versions from the tables' snapshot summaries (no Spark needed)."""
+        from lockstep.barrier.repair import repair
+
+        return repair(self.store, self.iceberg, dry_run=dry_run, progress=progress)
 
     # -- lifecycle -------------------------------------------------------------------------
 

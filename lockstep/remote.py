@@ -17,7 +17,16 @@ from typing import Any, TypeVar
 import httpx
 import pyarrow as pa
 
-from lockstep.barrier.model import Barrier, JobInstance, JobProgress, RecoveryPlan, TableVersion
+from lockstep.barrier.model import (
+    Barrier,
+    FoundVersion,
+    JobInstance,
+    JobProgress,
+    RecoveryPlan,
+    Revision,
+    TableRetention,
+    TableVersion,
+)
 from lockstep.errors import StoreError
 from lockstep.meta_tables.store import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
 from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
@@ -260,6 +269,54 @@ class RemoteMetadataStore(MetadataStore):
 
     def active_leases(self) -> list[Lease]:
         result: list[Lease] = self._json("GET", "/v1/leases", list[Lease], idempotent=True)
+        return result
+
+    # -- operations (DESIGN §7) ----------------------------------------------------------------
+
+    def plan_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
+        body = {"table": table, "to_barrier": to_barrier, "full": full}
+        result: Revision = self._json(
+            "POST", "/v1/revisions/plan", Revision, idempotent=True, json=body
+        )
+        return result
+
+    def begin_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
+        # idempotent: beginning the same revision again resumes it
+        body = {"table": table, "to_barrier": to_barrier, "full": full}
+        result: Revision = self._json("POST", "/v1/revisions", Revision, idempotent=True, json=body)
+        return result
+
+    def finish_revision(self, revision_id: int) -> Revision:
+        path = f"/v1/revisions/{revision_id}/finish"
+        result: Revision = self._json("POST", path, Revision, idempotent=True)
+        return result
+
+    def revisions(self, *, limit: int | None = None) -> list[Revision]:
+        params = {"limit": limit} if limit is not None else {}
+        result: list[Revision] = self._json(
+            "GET", "/v1/revisions", list[Revision], idempotent=True, params=params
+        )
+        return result
+
+    def plan_retention(self, retain_barriers: int) -> list[TableRetention]:
+        body = {"retain_barriers": retain_barriers}
+        result: list[TableRetention] = self._json(
+            "POST", "/v1/retention/plan", list[TableRetention], idempotent=True, json=body
+        )
+        return result
+
+    def record_retention(self, retain_barriers: int) -> list[TableRetention]:
+        body = {"retain_barriers": retain_barriers}
+        result: list[TableRetention] = self._json(
+            "POST", "/v1/retention", list[TableRetention], idempotent=True, json=body
+        )
+        return result
+
+    def restore_versions(self, found: Sequence[FoundVersion]) -> list[TableVersion]:
+        body = {"found": wire.dump(list(found), list[FoundVersion])}
+        result: list[TableVersion] = self._json(
+            "POST", "/v1/repair/versions", list[TableVersion], idempotent=True, json=body
+        )
         return result
 
     # -- coordination between replicas --------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 import pyarrow as pa
-from sqlalchemy import BigInteger, Integer, Table, select, type_coerce
+from sqlalchemy import BigInteger, Boolean, Integer, Table, select, type_coerce
 from sqlalchemy.orm import Session
 
 from lockstep.errors import MetaQueryError
@@ -23,6 +23,8 @@ def arrow_schema(table: Table) -> pa.Schema:
         kind = column.type
         if isinstance(kind, (UtcMicros, BigInteger, Integer)):
             fields.append(pa.field(column.name, pa.int64()))
+        elif isinstance(kind, Boolean):
+            fields.append(pa.field(column.name, pa.bool_()))
         else:
             fields.append(pa.field(column.name, pa.string()))
     return pa.schema(fields)

@@ -20,11 +20,23 @@ from lockstep.meta_tables.schema import Base, SchemaVersionRow
 
 MigrationStep = Callable[[Connection], None]
 
-CURRENT_VERSION = 1
+CURRENT_VERSION = 2
 _PG_MIGRATION_LOCK = 0x4C6F636B  # advisory lock key: one migrating process at a time
 
+
+def _add_operations_tables(connection: Connection) -> None:
+    """Version 2: revisions, the versions they discarded, and expiration horizons."""
+    Base.metadata.create_all(
+        connection,
+        tables=[Base.metadata.tables[name] for name in _V2_TABLES],
+        checkfirst=True,
+    )
+
+
+_V2_TABLES = ("ls_revision", "ls_revised_version", "ls_retention")
+
 # STEPS[v] upgrades a store from version v-1 to version v. Version 1 is the first release.
-STEPS: dict[int, MigrationStep] = {}
+STEPS: dict[int, MigrationStep] = {2: _add_operations_tables}
 
 
 def stored_version(connection: Connection) -> int | None:

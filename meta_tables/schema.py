@@ -9,7 +9,16 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text, TypeDecorator
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -179,3 +188,46 @@ class LeaseSnapshotRow(Base):
     table_name: Mapped[str] = mapped_column(String(200), primary_key=True)
     barrier_id: Mapped[int] = mapped_column(BigInteger)
     snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+# -- operations (schema version 2) -------------------------------------------------------------
+
+
+class RevisionRow(Base):
+    """A revision (DESIGN §7): IN_PROGRESS while its jobs are fenced and tables rolled back."""
+
+    __tablename__ = "ls_revision"
+    revision_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    table_name: Mapped[str] = mapped_column(String(200))
+    to_barrier: Mapped[int] = mapped_column(BigInteger)
+    full: Mapped[bool] = mapped_column(Boolean, default=False)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    plan: Mapped[str] = mapped_column(Text)  # JSON: the jobs and the tables' before/after
+    created_at: Mapped[datetime] = mapped_column(UtcMicros)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcMicros, nullable=True)
+
+
+class RevisedVersionRow(Base):
+    """A table version a revision discarded (kept for lineage and audit, never resolved)."""
+
+    __tablename__ = "ls_revised_version"
+    revision_id: Mapped[int] = mapped_column(
+        ForeignKey("ls_revision.revision_id"), primary_key=True
+    )
+    table_name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    barrier_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(200))
+    snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    processed_at: Mapped[datetime | None] = mapped_column(UtcMicros, nullable=True)
+    written_at: Mapped[datetime | None] = mapped_column(UtcMicros, nullable=True)
+
+
+class RetentionRow(Base):
+    """Expiration's horizon per table: versions before ``keep_from`` may be gone, so they
+    are never handed out again (a reader that takes a lease during expiration included)."""
+
+    __tablename__ = "ls_retention"
+    table_name: Mapped[str] = mapped_column(ForeignKey("ls_table.table_name"), primary_key=True)
+    keep_from: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(UtcMicros)

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import TableVersion, VersionState
 from lockstep.errors import LeaseError
-from lockstep.meta_tables import sql_resolve
+from lockstep.meta_tables import sql_resolve, sql_retention
 from lockstep.meta_tables.schema import LeaseRow, LeaseSnapshotRow, TableVersionRow
 from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
 
@@ -31,7 +31,11 @@ def acquire(
     now: datetime,
 ) -> Lease:
     s.execute(delete(LeaseRow).where(LeaseRow.expires_at < now))
+    # shared locks on the tables' rows: an expiration recording horizons waits for this
+    # lease to commit (and then protects it), or this lease sees the new horizons
+    sql_retention.lock_tables(s, list(tables), exclusive=False)
     snapshot_set = sql_resolve.resolve_snapshot_set(s, tables, level)
+    sql_retention.check_readable(s, snapshot_set.versions.values(), "this read")
     lease_id = secrets.token_hex(16)
     expires = now + timedelta(seconds=ttl_s)
     s.add(

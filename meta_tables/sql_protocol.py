@@ -26,7 +26,7 @@ from lockstep.barrier.model import (
     VersionState,
 )
 from lockstep.errors import ProtocolError
-from lockstep.meta_tables import sql_resolve
+from lockstep.meta_tables import sql_resolve, sql_revision
 from lockstep.meta_tables.schema import (
     BarrierRow,
     InputCutRow,
@@ -64,6 +64,7 @@ def issue_barrier(s: Session, now: datetime) -> Barrier:
 
 def attach(s: Session, job_id: str, now: datetime) -> JobInstance:
     job = lock_job(s, job_id)
+    sql_revision.check_not_revising(s, job_id)
     job.current_token += 1
     s.add(JobInstanceRow(job_id=job_id, token=job.current_token, attached_at=now))
     return JobInstance(job_id, job.current_token, now)

@@ -21,18 +21,24 @@ from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import (
     Barrier,
+    FoundVersion,
     JobInstance,
     JobProgress,
     RecoveryPlan,
+    Revision,
+    TableRetention,
     TableVersion,
     VersionState,
 )
-from lockstep.errors import LockstepError, StoreError
+from lockstep.errors import LockstepError, RevisionInProgressError, StoreError
 from lockstep.meta_tables import (
     export,
     sql_leases,
     sql_protocol,
+    sql_repair,
     sql_resolve,
+    sql_retention,
+    sql_revision,
     sql_rows,
     sql_topology,
 )
@@ -249,7 +255,13 @@ class SqlMetadataStore(MetadataStore):
         self, tables: Sequence[str], level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ
     ) -> SnapshotSet:
         level = ConsistencyLevel.parse(level)
-        return self._read(lambda s: sql_resolve.resolve_snapshot_set(s, tables, level))
+
+        def work(s: Session) -> SnapshotSet:
+            snapshot_set = sql_resolve.resolve_snapshot_set(s, tables, level)
+            sql_retention.check_readable(s, snapshot_set.versions.values(), "this read")
+            return snapshot_set
+
+        return self._read(work)
 
     def acquire_lease(
         self,
@@ -276,6 +288,40 @@ class SqlMetadataStore(MetadataStore):
 
     def active_leases(self) -> list[Lease]:
         return self._read(lambda s: sql_leases.active(s, self._clock()))
+
+    # -- operations (DESIGN §7) ----------------------------------------------------------------
+
+    def plan_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
+        return self._read(lambda s: sql_revision.plan(s, table, to_barrier, full=full))
+
+    def begin_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
+        return self._write(
+            lambda s: sql_revision.begin(s, table, to_barrier, full=full, now=self._clock())
+        )
+
+    def finish_revision(self, revision_id: int) -> Revision:
+        return self._write(lambda s: sql_revision.finish(s, revision_id, self._clock()))
+
+    def revisions(self, *, limit: int | None = None) -> list[Revision]:
+        return self._read(lambda s: sql_revision.listing(s, limit))
+
+    def plan_retention(self, retain_barriers: int) -> list[TableRetention]:
+        return self._read(lambda s: sql_retention.plan(s, retain_barriers, self._clock()))
+
+    def record_retention(self, retain_barriers: int) -> list[TableRetention]:
+        def work(s: Session) -> list[TableRetention]:
+            revising = sql_revision.in_progress(s)
+            if revising:
+                r = revising[0]
+                raise RevisionInProgressError(
+                    r.revision_id, r.table, r.to_barrier, "expiration waits for it"
+                )
+            return sql_retention.record(s, retain_barriers, self._clock())
+
+        return self._write(work)
+
+    def restore_versions(self, found: Sequence[FoundVersion]) -> list[TableVersion]:
+        return self._write(lambda s: sql_repair.restore(s, found, self._clock()))
 
     # -- coordination between replicas --------------------------------------------------------
 

@@ -18,9 +18,12 @@ import pyarrow as pa
 
 from lockstep.barrier.model import (
     Barrier,
+    FoundVersion,
     JobInstance,
     JobProgress,
     RecoveryPlan,
+    Revision,
+    TableRetention,
     TableVersion,
 )
 from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
@@ -179,6 +182,43 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def active_leases(self) -> list[Lease]:
         """Leases not released and not expired."""
+
+    # -- operations (DESIGN §7) ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def plan_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
+        """What revising ``table`` back to ``to_barrier`` (``full``: from the start) would
+        do; changes nothing. Raises UnknownTableError, UnknownBarrierError, TopologyError,
+        SnapshotExpiredError or InvalidRequestError (nothing to revise)."""
+
+    @abc.abstractmethod
+    def begin_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
+        """Fence the downstream closure's jobs and reset their versions, progress and pending
+        commits to ``to_barrier``; the revision stays IN_PROGRESS (its jobs cannot attach)
+        until :meth:`finish_revision`. An identical revision in progress is returned as is
+        (resume); an overlapping one raises RevisionInProgressError."""
+
+    @abc.abstractmethod
+    def finish_revision(self, revision_id: int) -> Revision:
+        """Mark a revision DONE (its tables are rolled back): its jobs may start again."""
+
+    @abc.abstractmethod
+    def revisions(self, *, limit: int | None = None) -> list[Revision]:
+        """Revisions, newest first."""
+
+    @abc.abstractmethod
+    def plan_retention(self, retain_barriers: int) -> list[TableRetention]:
+        """What each table must keep now (leases, jobs' next reads, the last N barriers)."""
+
+    @abc.abstractmethod
+    def record_retention(self, retain_barriers: int) -> list[TableRetention]:
+        """Compute and record each table's horizon atomically: from now on no read resolves
+        a version before it, so expiring older snapshots is safe."""
+
+    @abc.abstractmethod
+    def restore_versions(self, found: Sequence[FoundVersion]) -> list[TableVersion]:
+        """Repair: make each found version WRITTEN with its snapshot (issuing lost barriers,
+        restoring progress and input cuts); returns the versions changed."""
 
     # -- coordination between replicas --------------------------------------------------------
 

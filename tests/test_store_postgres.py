@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import FakeClock
+from operations_contract import OperationsContract
 from store_contract import StoreContract
 
 from lockstep.meta_tables.sql_store import SqlMetadataStore
@@ -14,7 +15,7 @@ from lockstep.meta_tables.store import MetadataStore
 pytestmark = pytest.mark.postgres
 
 
-class TestPostgresStore(StoreContract):
+class TestPostgresStore(StoreContract, OperationsContract):
     __test__ = True
 
     @pytest.fixture

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from operations_contract import OperationsContract
 from ports import free_port
 from store_contract import StoreContract
 
@@ -29,7 +30,7 @@ from fastapi.testclient import TestClient
 from lockstep.service.app import create_app
 
 
-class TestRemoteStore(StoreContract):
+class TestRemoteStore(StoreContract, OperationsContract):
     """The unchanged contract suite, every call crossing HTTP (in-process ASGI transport)."""
 
     __test__ = True

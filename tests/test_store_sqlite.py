@@ -6,13 +6,14 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import FakeClock
+from operations_contract import OperationsContract
 from store_contract import StoreContract
 
 from lockstep.meta_tables.sql_store import SqlMetadataStore
 from lockstep.meta_tables.store import MetadataStore
 
 
-class TestSqliteFileStore(StoreContract):
+class TestSqliteFileStore(StoreContract, OperationsContract):
     __test__ = True
 
     @pytest.fixture
@@ -20,7 +21,7 @@ class TestSqliteFileStore(StoreContract):
         return sqlite_store
 
 
-class TestSqliteMemoryStore(StoreContract):
+class TestSqliteMemoryStore(StoreContract, OperationsContract):
     __test__ = True
 
     @pytest.fixture

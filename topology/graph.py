@@ -12,7 +12,13 @@ from datetime import datetime
 
 import networkx as nx
 
-from lockstep.errors import ConcurrentWriterError, CycleError, UnknownJobError, UnknownTableError
+from lockstep.errors import (
+    ConcurrentWriterError,
+    CycleError,
+    TopologyError,
+    UnknownJobError,
+    UnknownTableError,
+)
 from lockstep.topology.model import JobSpec, TableType
 
 Node = tuple[str, str]
@@ -131,6 +137,27 @@ class Topology:
         self._require_table(table)
         reach = nx.descendants(self._graph, _table(table))
         order = list(nx.topological_sort(self._graph.subgraph(reach)))
+        return [node[1] for node in order if node[0] == "job"]
+
+    def revision_closure(self, table: str) -> list[str]:
+        """The jobs a revision of ``table`` must reprocess, in topological order: its writer
+        and every job downstream of any table that writer produces (DESIGN §7).
+
+        >>> topo = Topology([JobSpec("load", sinks=("a", "b")), JobSpec("use_b", sources=("b",),
+        ...     sinks=("c",)), JobSpec("other", sources=("x",), sinks=("y",))])
+        >>> topo.revision_closure("a")
+        ['load', 'use_b']
+        """
+        writer = self.writer_of(table)
+        if writer is None:
+            raise TopologyError(
+                f"table {table!r} has no writer job, so nothing could reprocess it; revise "
+                "one of the tables it feeds instead"
+            )
+        reach = {_job(writer)}
+        for sink in self.job(writer).sinks:
+            reach |= nx.descendants(self._graph, _table(sink))
+        order = nx.topological_sort(self._graph.subgraph(reach))
         return [node[1] for node in order if node[0] == "job"]
 
     def _lineage(self, table: str, *, reverse: bool) -> list[LineageEntry]:

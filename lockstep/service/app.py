@@ -9,6 +9,7 @@ its thread pool.
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from typing import Annotated, Any
 
 import pyarrow as pa
@@ -18,7 +19,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from lockstep.barrier.model import Barrier, JobInstance, JobProgress, RecoveryPlan, TableVersion
+from lockstep.barrier.model import (
+    Barrier,
+    FoundVersion,
+    JobInstance,
+    JobProgress,
+    RecoveryPlan,
+    Revision,
+    TableRetention,
+    TableVersion,
+)
 from lockstep.errors import InvalidRequestError, LockstepError
 from lockstep.meta_tables.query import run_meta_query
 from lockstep.meta_tables.schema import to_micros
@@ -93,6 +103,29 @@ class RenewIn(_Body):
 class LeadIn(_Body):
     holder: Name
     ttl_s: float = Field(gt=0, le=3600)
+
+
+class RevisionIn(_Body):
+    table: Name
+    to_barrier: Int64 = 0
+    full: bool = False
+
+
+class RetentionIn(_Body):
+    retain_barriers: Int64  # the store explains a bad value
+
+
+class FoundVersionIn(_Body):
+    table: Name
+    barrier_id: Int64
+    job_id: Name
+    snapshot_id: Int64
+    committed_at: datetime
+    input_cuts: dict[str, dict[str, Any]] = {}
+
+
+class RestoreIn(_Body):
+    found: list[FoundVersionIn] = Field(max_length=1_000_000)
 
 
 class SqlIn(_Body):
@@ -288,6 +321,39 @@ def create_app(
     @app.get("/v1/leases")
     def active_leases(_: Reader) -> Any:
         return wire.dump(store.active_leases(), list[Lease])
+
+    # -- operations (DESIGN §7) ----------------------------------------------------------------
+
+    @app.post("/v1/revisions/plan")
+    def plan_revision(body: RevisionIn, _: Reader) -> Any:
+        revision = store.plan_revision(body.table, body.to_barrier, full=body.full)
+        return wire.dump(revision, Revision)
+
+    @app.post("/v1/revisions")
+    def begin_revision(body: RevisionIn, _: Admin) -> Any:
+        revision = store.begin_revision(body.table, body.to_barrier, full=body.full)
+        return wire.dump(revision, Revision)
+
+    @app.post("/v1/revisions/{revision_id}/finish")
+    def finish_revision(revision_id: BarrierPath, _: Admin) -> Any:
+        return wire.dump(store.finish_revision(revision_id), Revision)
+
+    @app.get("/v1/revisions")
+    def revisions(_: Reader, limit: Limit = None) -> Any:
+        return wire.dump(store.revisions(limit=limit), list[Revision])
+
+    @app.post("/v1/retention/plan")
+    def plan_retention(body: RetentionIn, _: Reader) -> Any:
+        return wire.dump(store.plan_retention(body.retain_barriers), list[TableRetention])
+
+    @app.post("/v1/retention")
+    def record_retention(body: RetentionIn, _: Admin) -> Any:
+        return wire.dump(store.record_retention(body.retain_barriers), list[TableRetention])
+
+    @app.post("/v1/repair/versions")
+    def restore_versions(body: RestoreIn, _: Admin) -> Any:
+        found = [FoundVersion(**f.model_dump()) for f in body.found]
+        return wire.dump(store.restore_versions(found), list[TableVersion])
 
     # -- coordination between replicas --------------------------------------------------------
 
