@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,11 +74,12 @@ def history(tables: IcebergTables, table: str) -> TableHistory:
     static = tables.static_table(table)
     snapshots = {}
     for snap in static.snapshots():
-        summary = {str(k): str(v) for k, v in (snap.summary or {}).items()}
+        extra = snap.summary.additional_properties if snap.summary is not None else {}
+        summary = {str(k): str(v) for k, v in extra.items()}
         snapshots[snap.snapshot_id] = SnapshotInfo(
             snapshot_id=snap.snapshot_id,
             parent_id=snap.parent_snapshot_id,
-            committed_at=datetime.fromtimestamp(snap.timestamp_ms / 1000, tz=timezone.utc),
+            committed_at=_from_millis(snap.timestamp_ms),
             summary=summary,
         )
     refs = {name: ref.snapshot_id for name, ref in static.refs().items()}
@@ -127,11 +128,13 @@ def expire_before(
     kept); returns what went and the bytes freed in the warehouse."""
     before = history(tables, table)
     size_before = _tree_size(tables.location(table))
-    millis = int(older_than.timestamp() * 1000)
+    # a literal with its zone: the session's time zone does not shift it
+    utc = older_than.astimezone(timezone.utc)
+    literal = f"{utc:%Y-%m-%d %H:%M:%S}.{utc.microsecond // 1000:03d}Z"
     row = spark.sql(
         f"CALL {tables.catalog}.system.expire_snapshots("
         f"table => '{tables.procedure_name(table)}', "
-        f"older_than => TIMESTAMP_MILLIS({millis}), retain_last => 1)"
+        f"older_than => TIMESTAMP '{literal}', retain_last => 1)"
     ).collect()[0]
     after = history(tables, table)
     deleted = sum(int(v) for k, v in row.asDict().items() if k.startswith("deleted_") and v)
@@ -141,6 +144,11 @@ def expire_before(
         deleted_files=deleted,
         bytes_freed=max(0, size_before - _tree_size(tables.location(table))),
     )
+
+
+def _from_millis(millis: int) -> datetime:
+    seconds, rest = divmod(millis, 1000)
+    return datetime.fromtimestamp(seconds, tz=timezone.utc) + timedelta(milliseconds=rest)
 
 
 def _tree_size(path: Path) -> int:
