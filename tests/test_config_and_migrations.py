@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from lockstep.config import LockstepConfig
 from lockstep.errors import ConfigurationError, StoreVersionError
 from lockstep.meta_tables import migrations
 from lockstep.meta_tables.engine import create_store_engine
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def test_home_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,3 +68,29 @@ def test_newer_store_is_refused(tmp_path: Path) -> None:
     migrations.migrate(engine, current=5, steps={})
     with pytest.raises(StoreVersionError, match="upgrade Lockstep"):
         migrations.migrate(engine)
+
+
+def test_a_version_1_store_gains_the_operations_tables(tmp_path: Path) -> None:
+    from sqlalchemy import insert, inspect
+
+    from lockstep.meta_tables.schema import Base, SchemaVersionRow
+    from lockstep.meta_tables.sql_store import SqlMetadataStore
+
+    url = f"sqlite:///{tmp_path / 'v1.db'}"
+    engine = create_store_engine(url)
+    v2_tables = {"ls_revision", "ls_revised_version", "ls_retention"}
+    with engine.begin() as connection:  # the schema as release 1 created it
+        Base.metadata.create_all(
+            connection, tables=[t for n, t in Base.metadata.tables.items() if n not in v2_tables]
+        )
+        connection.execute(insert(SchemaVersionRow).values(version=1, applied_at=_EPOCH))
+        connection.execute(text("INSERT INTO ls_barrier (barrier_id, ts) VALUES (1, 0)"))
+    engine.dispose()
+
+    store = SqlMetadataStore.open(url)
+    assert v2_tables <= set(inspect(store.engine).get_table_names())
+    assert store.list_barriers()[0].barrier_id == 1  # data kept
+    assert store.revisions() == []
+    with store.engine.connect() as connection:
+        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 2
+    store.close()
