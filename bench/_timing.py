@@ -1,0 +1,95 @@
+"""Timing: per-call samples, percentiles, and the figures the benchmarks print."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+HEADER = ("op", "backend", "n", "ops/s", "p50 ms", "p99 ms", "baseline", "base p50 ms", "ratio")
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100) of non-empty ``samples``.
+
+    >>> percentile([4.0, 1.0, 3.0, 2.0], 50)
+    2.0
+    """
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured operation. ``ratio`` = p50 over the baseline's p50 (our cost over the
+    store's floor); throughput is calls per second of one sequential client."""
+
+    op: str
+    backend: str
+    n: int
+    throughput_s: float
+    p50_ms: float
+    p99_ms: float
+    baseline: str | None = None
+    baseline_p50_ms: float | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline_p50_ms is None or self.baseline_p50_ms <= 0:
+            return None
+        return self.p50_ms / self.baseline_p50_ms
+
+    def row(self) -> tuple[object, ...]:
+        return (
+            self.op,
+            self.backend,
+            self.n,
+            self.throughput_s,
+            self.p50_ms,
+            self.p99_ms,
+            self.baseline,
+            self.baseline_p50_ms,
+            self.ratio,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ratio": self.ratio}
+
+
+def figure(op: str, backend: str, samples_s: Sequence[float], base: Figure | None = None) -> Figure:
+    if not samples_s:
+        raise ValueError(f"no samples for {op} on {backend}")
+    return Figure(
+        op=op,
+        backend=backend,
+        n=len(samples_s),
+        throughput_s=len(samples_s) / max(sum(samples_s), 1e-12),
+        p50_ms=percentile(samples_s, 50) * 1e3,
+        p99_ms=percentile(samples_s, 99) * 1e3,
+        baseline=base.op if base is not None else None,
+        baseline_p50_ms=base.p50_ms if base is not None else None,
+    )
+
+
+class Recorder:
+    """Collects the duration of each call, per operation name."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, list[float]] = defaultdict(list)
+
+    def call(self, op: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        started = time.perf_counter()
+        result = fn(*args, **kwargs)
+        self.samples[op].append(time.perf_counter() - started)
+        return result
+
+    def repeat(self, op: str, n: int, fn: Callable[[], object]) -> None:
+        for _ in range(n):
+            self.call(op, fn)

@@ -1,0 +1,137 @@
+"""Smoke runs of the benchmarks in bench/ at tiny sizes, so they do not rot.
+
+Each runs the benchmark's own command (``--quick``) and checks what it printed and wrote:
+every operation measured, figures positive and ordered, ratios against the store's floor,
+targets and scaling verdicts present. Speed is never asserted.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+PROTOCOL_OPS = {
+    "issue_barrier",
+    "next_barrier root",
+    "next_barrier intermediate",
+    "report_processed root",
+    "report_processed intermediate",
+    "report_written root",
+    "report_written intermediate",
+    "next_barrier poll (none new)",
+}
+READ_OPS = {
+    "resolve 10 tables read_uncommitted",
+    "resolve 10 tables read_committed",
+    "resolve 10 tables repeatable_read",
+    "sql lineage",
+    "sql delay",
+}
+FLOORS = {"floor: insert+commit", "floor: point lookup"}
+EXPORT_PARTS = {"sql lineage: export part", "sql delay: export part"}
+
+
+def run_bench(tmp_path: Path, script: str, *args: str) -> tuple[dict[str, Any], str]:
+    out = tmp_path / "figures.json"
+    result = subprocess.run(
+        [sys.executable, str(BENCH / script), "--quick", "--json", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(out.read_text()), result.stdout
+
+
+def check_figures(figures: list[dict[str, Any]], backend: str, expected: set[str]) -> None:
+    mine = {f["op"]: f for f in figures if f["backend"] == backend}
+    assert set(mine) == expected
+    for op, f in mine.items():
+        assert f["n"] > 0, op
+        assert 0 < f["p50_ms"] <= f["p99_ms"], op
+        assert f["throughput_s"] > 0, op
+        if op in FLOORS or op.endswith(("export part", "/healthz")):
+            assert f["ratio"] is None, op
+        else:  # our cost over the floor of the same store
+            assert f["baseline"] in FLOORS, op
+            assert f["ratio"] > 0, op
+            assert f["ratio"] == pytest.approx(f["p50_ms"] / f["baseline_p50_ms"]), op
+
+
+def check_targets(targets: list[dict[str, Any]], backend: str) -> None:
+    mine = [t for t in targets if t["backend"] == backend]
+    ops = {t["op"] for t in mine}
+    assert {op for op in ops if op.startswith("resolve")} == {
+        op for op in READ_OPS if op.startswith("resolve")
+    }
+    assert {"sql lineage", "sql delay"} <= ops
+    assert {op for op in ops if op.startswith("report_")} == {
+        op for op in PROTOCOL_OPS if op.startswith("report_")
+    }
+    assert all(isinstance(t["met"], bool) and t["measured"] > 0 for t in mine)
+
+
+@pytest.mark.slow
+def test_coordinator_benchmark_embedded_and_service(tmp_path: Path) -> None:
+    pytest.importorskip("uvicorn")
+    data, stdout = run_bench(tmp_path, "coordinator.py", "--backends", "sqlite,service")
+    assert data["quick"] is True
+    assert "tables" in data["history"]
+    assert data["row_counts"]["ls_table_version"] > 0
+    check_figures(data["figures"], "sqlite", READ_OPS | PROTOCOL_OPS | FLOORS | EXPORT_PARTS)
+    service_ops = READ_OPS | PROTOCOL_OPS | FLOORS | {"floor: HTTP GET /healthz"}
+    check_figures(data["figures"], "service", service_ops)
+    check_targets(data["targets"], "sqlite")
+    check_targets(data["targets"], "service")
+    for heading in ("ratio", "Targets", "History:"):
+        assert heading in stdout
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_coordinator_benchmark_postgres(tmp_path: Path) -> None:
+    data, _ = run_bench(tmp_path, "coordinator.py", "--backends", "postgres")
+    if str(data["machine"]["postgresql"]).startswith("skipped"):
+        pytest.skip(f"no PostgreSQL: {data['machine']['postgresql']}")
+    check_figures(data["figures"], "postgres", READ_OPS | PROTOCOL_OPS | FLOORS | EXPORT_PARTS)
+    check_targets(data["targets"], "postgres")
+
+
+@pytest.mark.slow
+def test_scaling_benchmark(tmp_path: Path) -> None:
+    data, stdout = run_bench(tmp_path, "scaling.py")
+    assert set(data["sweeps"]) == {"tables", "history"}
+    for name, points in data["sweeps"].items():
+        sizes = [p["size"] for p in points]
+        assert len(sizes) >= 2, name
+        assert sizes == sorted(sizes), name
+        assert all(p["versions"] > 0 for p in points)
+        for p in points:
+            assert len(p["figures"]) == 4
+            for op, f in p["figures"].items():
+                assert 0 < f["p50_ms"] <= f["p99_ms"], (name, op)
+        assert set(data["verdicts"][name].values()) <= {"flat", "log", "linear"}
+        assert f"{name.capitalize()} grow" in stdout
+
+
+def test_curve_verdicts() -> None:
+    spec = importlib.util.spec_from_file_location("bench_curve", BENCH / "_curve.py")
+    assert spec is not None
+    assert spec.loader is not None
+    curve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(curve)
+    assert doctest.testmod(curve).failed == 0
+    sizes = [1_000, 10_000, 100_000, 1_000_000]
+    assert curve.verdict(sizes, [2.0, 2.05, 2.1, 2.0]) == "flat"
+    assert curve.verdict(sizes, [2.0, 2.6, 3.2, 3.8]) == "log"
+    assert curve.verdict(sizes, [1.0, 10.0, 100.0, 1000.0]) == "linear"
