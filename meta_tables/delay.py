@@ -134,19 +134,35 @@ def critical_paths(
     topology: Topology, table: str, rows: Sequence[Mapping[str, Any]]
 ) -> tuple[CriticalPath, ...]:
     """Critical paths of ``table`` from ``__META_DELAY`` rows of it and its upstream tables,
-    one per barrier of ``table`` in ``rows``, newest first."""
+    one per barrier of ``table`` in ``rows``, newest first.
+
+    >>> from lockstep.topology.graph import Topology
+    >>> from lockstep.topology.model import JobSpec
+    >>> topo = Topology([JobSpec("load", sinks=("raw",)),
+    ...                  JobSpec("agg", sources=("raw",), sinks=("agg",))])
+    >>> def row(table, job, available, wait, cost):
+    ...     at = datetime(2026, 1, 1, second=available)
+    ...     return {"table_name": table, "job_id": job, "barrier_id": 1, "wait_s": wait,
+    ...             "own_cost_s": cost, "issued_at": datetime(2026, 1, 1),
+    ...             "available_at": at, "e2e_delay_s": float(available)}
+    >>> (path,) = critical_paths(topo, "agg", [row("raw", "load", 2, 0.5, 1.5),
+    ...                                        row("agg", "agg", 7, 1.0, 4.0)])
+    >>> [step.job for step in path.steps], path.bottleneck.job, path.e2e_delay_s
+    (['load', 'agg'], 'agg', 7.0)
+    """
     by_barrier: dict[int, dict[str, Mapping[str, Any]]] = {}
     for row in rows:
         by_barrier.setdefault(row["barrier_id"], {})[row["table_name"]] = row
+    known = set(topology.tables)
     paths = []
     for barrier_id in sorted(by_barrier, reverse=True):
         at_b = by_barrier[barrier_id]
         if table not in at_b:
             continue
         available = {name: row["available_at"] for name, row in at_b.items()}
-        chain = topology.critical_path(table, available) if table in topology.tables else [table]
+        # a table whose writer was unregistered keeps its history but has no upstream now
+        chain = topology.critical_path(table, available) if table in known else [table]
         steps = tuple(_step(at_b[name]) for name in chain)
-        costed = [s for s in steps if s.own_cost_s is not None]
         mine = at_b[table]
         paths.append(
             CriticalPath(
@@ -156,13 +172,21 @@ def critical_paths(
                 available_at=_utc(mine["available_at"]),
                 e2e_delay_s=mine["e2e_delay_s"],
                 steps=steps,
-                # the nearest to the table wins a tie: it is the one the reader waits on
-                bottleneck=max(reversed(costed), key=lambda s: s.own_cost_s or 0.0)
-                if costed
-                else None,
+                bottleneck=_bottleneck(steps),
             )
         )
     return tuple(paths)
+
+
+def _bottleneck(steps: Sequence[PathStep]) -> PathStep | None:
+    """The step with the largest own cost; a tie goes to the one nearest the table."""
+    best: PathStep | None = None
+    for step in steps:
+        if step.own_cost_s is None:
+            continue
+        if best is None or best.own_cost_s is None or step.own_cost_s >= best.own_cost_s:
+            best = step
+    return best
 
 
 def _step(row: Mapping[str, Any]) -> PathStep:
