@@ -24,10 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from _pipeline_lockstep import LockstepPipeline, meta_delays, open_home
+from _pipeline_machine import CpuShares, CpuWatch, machine_facts
 from _pipeline_plain import PlainChain
 from _pipeline_reads import ReadTimings, percentile, time_reads
 
@@ -54,6 +53,7 @@ LEAF = "report"
 READ_TABLES = ("daily_revenue", "top_items", "report")  # the report and what it joins
 TARGET_RATIO = 1.2  # Lockstep's leaf E2E delay vs the uncoordinated chain's
 TARGET_INTERVALS = 2.0  # leaf E2E delay under this many barrier intervals
+BUSY_SHARE = 0.1  # other processes took more of the CPU than this: say the figures suffer
 
 
 @dataclass(frozen=True)
@@ -240,35 +240,6 @@ def run_benchmark(
 # -- reporting -----------------------------------------------------------------------------
 
 
-def machine_facts() -> str:
-    """Cores, CPU, memory and the stack's versions, for the figures' context."""
-    from importlib.metadata import version
-
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor() or "?",
-    )
-    mem_kib = next(
-        (
-            int(line.split()[1])
-            for line in Path("/proc/meminfo").read_text().splitlines()
-            if line.startswith("MemTotal")
-        ),
-        0,
-    )
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
-    return (
-        f"{os.cpu_count()} cores ({cpu}), {mem_kib / 2**20:.0f} GiB, "
-        f"{platform.system()} {platform.release()}; Python {platform.python_version()}, "
-        f"{(java.stderr.splitlines() or ['java ?'])[0]}, PySpark {version('pyspark')} "
-        f"local[2], Iceberg 1.10.2 runtime, pyiceberg {version('pyiceberg')}, SQLite store"
-    )
-
-
 def _ms(stats: dict[str, float]) -> dict[str, float]:
     return {"p50_ms": stats["p50"], "p99_ms": stats["p99"]}
 
@@ -359,9 +330,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="lockstep-bench-pipeline-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    print(f"Machine: {machine_facts()}", flush=True)
-    load_before = os.getloadavg()[0]
-    say(f"load average (1 min) now: {load_before:.2f} on {os.cpu_count()} cores")
+    facts = machine_facts()
+    print(f"Machine: {facts}", flush=True)
+    say(f"load average (1 min): {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    watch = CpuWatch()
     try:
         with open_home(workdir / "lockstep", "bench_ls") as ls:
             say("starting Spark local[2] (one JVM; every job gets its own session)")
@@ -375,31 +347,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                     warmup_dir=workdir / "warmup",
                     progress=say,
                 )
+                cpu = watch.shares()  # while the JVM runs, so its CPU time counts
             finally:
                 spark.stop()
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    load_after = os.getloadavg()[0]
-    say(f"done; load average (1 min) now: {load_after:.2f}")
+    say("done")
     print()
     print(format_report(result))
-    if load_before > (os.cpu_count() or 1) * 0.5:
-        print(
-            f"NOTE: the machine was busy before the run (load {load_before:.2f}): the figures "
-            "include other processes' contention for the CPU"
-        )
+    print(f"\nMachine during the run: {cpu.describe()}")
+    if cpu.others is not None and cpu.others > BUSY_SHARE:
+        print("NOTE: other processes competed for the CPU: these figures are pessimistic")
     if args.json:
-        payload = {
-            "settings": asdict(settings),
-            "machine": machine_facts(),
-            "load_average_1min": {"before": load_before, "after": load_after},
-            "barriers": result.barrier_rows(),
-            "tables": result.table_rows(),
-            "summary": result.summary(),
-        }
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        args.json.write_text(json.dumps(_payload(result, facts, cpu), indent=2) + "\n")
     return 0 if not any(result.mismatched.values()) else 1
+
+
+def _payload(result: PipelineResult, facts: str, cpu: CpuShares) -> dict[str, Any]:
+    return {
+        "settings": asdict(result.settings),
+        "machine": facts,
+        "cpu_shares": asdict(cpu),
+        "barriers": result.barrier_rows(),
+        "tables": result.table_rows(),
+        "summary": result.summary(),
+    }
 
 
 if __name__ == "__main__":
