@@ -182,6 +182,22 @@ class UnknownBarrierError(LockstepError):
         self.barrier_id = barrier_id
 
 
+class NoWrittenBarrierError(LockstepError):
+    """The table has no WRITTEN version yet, so it has no delay to report."""
+
+    def __init__(self, table: str, writer: str | None) -> None:
+        if writer is None:
+            why = "no registered job writes it; register its writer job (lockstep job register)"
+        else:
+            why = (
+                f"its writer job {writer!r} has not published a barrier yet; issue a barrier "
+                f"(lockstep barrier issue) and run the job (lockstep run MODULE:JOB)"
+            )
+        super().__init__(f"table {table!r} has no WRITTEN barrier yet: {why}")
+        self.table = table
+        self.writer = writer
+
+
 # --- operations ----------------------------------------------------------------------------
 
 

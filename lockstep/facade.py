@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from lockstep.barrier.expiration import TableExpiration
     from lockstep.barrier.repair import RepairReport
+    from lockstep.meta_tables.delay import DelayReport
 
 Progress = Callable[[str], None]
 Level = ConsistencyLevel | Literal["read_uncommitted", "read_committed", "repeatable_read"]
@@ -155,6 +156,13 @@ class Lockstep:
     def sql(self, query: str, *, max_rows: int | None = None) -> pa.Table:
         """Run a read-only SQL query over the ``__META_*`` views; returns Arrow."""
         return self.store.query_meta(query, max_rows=max_rows)
+
+    def delay(self, table: str | None = None, *, barriers: int = 10) -> DelayReport:
+        """E2E delay and freshness per table; with ``table``, its critical path and
+        bottleneck job per barrier (DESIGN §6)."""
+        from lockstep.meta_tables.delay import delay_report
+
+        return delay_report(self.store, table, barriers=barriers)
 
     # -- operations (DESIGN §7) ----------------------------------------------------------------
 

@@ -21,29 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from lockstep.errors import LockstepError, UnknownTableError
+from lockstep.errors import InvalidRequestError, NoWrittenBarrierError, UnknownTableError
 
 if TYPE_CHECKING:
     from lockstep.meta_tables.store import MetadataStore
     from lockstep.topology.graph import Topology
 
 DEFAULT_DELAY_BARRIERS = 10
-
-
-class NoWrittenBarrierError(LockstepError):
-    """The table has no WRITTEN version yet, so it has no delay to report."""
-
-    def __init__(self, table: str, writer: str | None) -> None:
-        if writer is None:
-            why = "no registered job writes it; register its writer job (lockstep job register)"
-        else:
-            why = (
-                f"its writer job {writer!r} has not published a barrier yet; issue a barrier "
-                f"(lockstep barrier issue) and run the job (lockstep run MODULE:JOB)"
-            )
-        super().__init__(f"table {table!r} has no WRITTEN barrier yet: {why}")
-        self.table = table
-        self.writer = writer
 
 
 @dataclass(frozen=True)
@@ -114,7 +98,7 @@ def delay_report(
     for a table without a WRITTEN barrier.
     """
     if barriers < 1:
-        raise LockstepError(f"barriers must be at least 1, got {barriers}")
+        raise InvalidRequestError(f"barriers must be at least 1, got {barriers}")
     rows = store.query_meta(_summary_sql(table, barriers)).to_pylist()
     if table is not None and not rows:
         raise UnknownTableError([table])

@@ -292,20 +292,26 @@ def test_topology_json_conflicts_with_another_format(shopping: Any) -> None:
     assert "--json conflicts with --format dot" in run.err
 
 
-def test_delay_newest_first_and_per_table(shopping: Any, home: str) -> None:
-    assert shopping("delay").out.strip() == "no WRITTEN table versions yet"
+def test_delay_per_table_and_critical_path(shopping: Any, home: str) -> None:
+    assert "no table has a WRITTEN barrier yet" in shopping("delay").out
     drive(home, 3)
-    rows = shopping("delay", "--json").json()
-    assert [r["barrier_id"] for r in rows][:3] == [3, 3, 3]
-    assert len(rows) == 9
-    assert all(r["e2e_delay_s"] >= 0 for r in rows)
-    only = shopping("delay", "--table", "user_item_price", "--limit", "2", "--json").json()
-    assert [(r["table_name"], r["barrier_id"]) for r in only] == [
-        ("user_item_price", 3),
-        ("user_item_price", 2),
+    data = shopping("delay", "--json").json()
+    assert [t["table"] for t in data["tables"]] == [
+        "shopping",
+        "user_item_amount",
+        "user_item_price",
     ]
-    assert "e2e_delay_s" in shopping("delay").out.splitlines()[0]
-    run = shopping("delay", "--table", "nope")
+    assert all((t["barriers"], t["latest_barrier"]) == (3, 3) for t in data["tables"])
+    assert all(t["e2e_latest_s"] >= 0 for t in data["tables"])
+    only = shopping("delay", "user_item_price", "--barriers", "2", "--json").json()
+    assert [p["barrier_id"] for p in only["critical_paths"]] == [3, 2]
+    steps = only["critical_paths"][0]["steps"]
+    assert [(s["job"], s["table"]) for s in steps] == [
+        ("load_shopping", "shopping"),
+        ("sum_price", "user_item_price"),
+    ]
+    assert "bottleneck: " in shopping("delay", "--table", "user_item_price").out
+    run = shopping("delay", "nope")
     assert run.code == 2
     assert "unknown table 'nope'" in run.err
 

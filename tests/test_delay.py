@@ -20,9 +20,9 @@ from lockstep.barrier.runtime import Job, JobRunner
 from lockstep.barrier.session import JobSession
 from lockstep.barrier.sources import GeneratorSource
 from lockstep.cli import main
-from lockstep.errors import UnknownTableError
+from lockstep.errors import NoWrittenBarrierError, UnknownTableError
 from lockstep.facade import Lockstep
-from lockstep.meta_tables.delay import DelayReport, NoWrittenBarrierError, delay_report
+from lockstep.meta_tables.delay import DelayReport, delay_report
 from lockstep.meta_tables.sql_store import SqlMetadataStore
 
 if TYPE_CHECKING:
