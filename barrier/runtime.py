@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 StepFn = Callable[[BarrierContext], None]
 Progress = Callable[[str], None]
 FAULT_ENV = "LOCKSTEP_FAULT"  # test fault injection: "<point>:<barrier_id>[:<job_id>]" SIGKILLs
+_NEWEST = 2**62  # "as of the newest barrier"
 FAULT_POINTS = ("started", "after_stage", "after_processed", "after_publish", "after_written")
 
 
@@ -119,11 +120,54 @@ class JobRunner:
             staged = {p.table: p.snapshot_id for p in plan.to_publish if p.barrier_id == barrier_id}
             self.publish(barrier_id, staged)
             self._progress(f"{self.job.job_id}: recovered barrier {barrier_id} (published)")
+        self._undo_stale_publishes()
         for barrier_id in plan.to_abort:
             for table in self.job.sinks:
                 if self.tables.exists(self.spark, table):
                     self.tables.reset_branch(self.spark, table, self.job.job_id)
             self._progress(f"{self.job.job_id}: dropped dirty barrier {barrier_id}; replaying it")
+
+    def _undo_stale_publishes(self) -> None:
+        """Put main back where the coordinator says it is, if a fenced instance published a
+        barrier that a revision discarded (it passed its fencing check, paused, then
+        fast-forwarded: Iceberg cannot check a token). Only this, the current instance, may
+        move main. A main ahead of the store for any other reason means the store lost
+        data: that is for ``lockstep repair``, never for a rollback."""
+        from lockstep.barrier.iceberg_maintenance import rollback_main
+
+        for table in self.job.sinks:
+            if not self.tables.exists(self.spark, table):
+                continue
+            on_main = self.tables.main_barrier(self.spark, table)
+            recorded = self.ls.store.version_as_of(table, _NEWEST)
+            newest = recorded.barrier_id if recorded is not None else 0
+            if on_main is None or on_main <= newest:
+                continue
+            if (
+                recorded is None
+                or recorded.snapshot_id is None
+                or not self._revised(table, on_main)
+            ):
+                raise LockstepError(
+                    f"{table}'s main carries barrier {on_main}, but the coordinator's newest "
+                    f"WRITTEN version of it is {newest or 'none'}: if the metadata store was "
+                    "lost or restored from a backup, run `lockstep repair` before starting jobs"
+                )
+            rollback_main(self.spark, self.tables, table, recorded.snapshot_id)
+            self._progress(
+                f"{self.job.job_id}: {table}'s main carried revised barrier {on_main}, published "
+                f"by a fenced instance; rolled back to barrier {newest}"
+            )
+
+    def _revised(self, table: str, barrier_id: int) -> bool:
+        """Whether a revision discarded ``table``'s version at ``barrier_id``."""
+        for revision in self.ls.store.revisions(limit=20):
+            for t in revision.tables:
+                if t.table == table and (t.keep_barrier or 0) < barrier_id <= (
+                    t.newest_barrier or 0
+                ):
+                    return True
+        return False
 
     # -- the loop --------------------------------------------------------------------------------
 
