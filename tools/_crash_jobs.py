@@ -1,0 +1,112 @@
+"""A job process of the crash harness: some jobs of the deep pipeline, one thread each.
+
+::
+
+    python tools/_crash_jobs.py TARGET RUN_DIR enrich daily_revenue [--warehouse DIR]
+
+``TARGET`` is the Lockstep home (embedded coordinator on SQLite) or the service's URL(s)
+(``http://a,http://b``, with ``--warehouse``). The jobs share one SparkSession (one JVM),
+each on its own ``newSession()``, and process barriers until each has written the final
+barrier, which the harness writes into ``RUN_DIR/final`` once it stops issuing. Until
+then they keep polling for more.
+
+Each written barrier is printed (``<job> wrote <barrier>``). A job that fails ends the
+process at once (exit 1, traceback on stderr): the harness restarts it, and the restarted
+instances attach, fence the old ones and recover, as after a kill. The harness kills the
+process (and its JVM) with SIGKILL at random moments, or sets ``LOCKSTEP_FAULT`` so the
+runtime kills it at a protocol point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lockstep.barrier.runtime import JobRunner
+    from lockstep.facade import Lockstep
+
+FINAL_FILE = "final"
+POLL_S = 0.1
+
+
+def final_barrier(run_dir: Path) -> int | None:
+    """The last barrier of the run, once the harness has decided it (None before)."""
+    try:
+        text = (run_dir / FINAL_FILE).read_text().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text else None
+
+
+def last_written(ls: Lockstep, job_id: str) -> int:
+    """The newest barrier the job has written (0: none)."""
+    progress = ls.store.job_progress(job_id, limit=4)  # newest first; one at a time in flight
+    return next((p.barrier_id for p in progress if p.written_at is not None), 0)
+
+
+def run_until_final(ls: Lockstep, runner: JobRunner, run_dir: Path, stop: threading.Event) -> None:
+    """Process barriers one by one until the job has written the final barrier."""
+    job_id = runner.job.job_id
+    runner.start()
+    while not stop.is_set():
+        final = final_barrier(run_dir)
+        if final is not None and last_written(ls, job_id) >= final:
+            return
+        if runner.run(max_barriers=1, until_idle=True) == 0:
+            stop.wait(POLL_S)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("target", help="Lockstep home, or the service URL(s)")
+    parser.add_argument("run_dir", type=Path, help="the harness's run directory")
+    parser.add_argument("jobs", nargs="+", help="job ids of lockstep.examples.deep")
+    parser.add_argument("--warehouse", help="the Iceberg warehouse (with a service URL)")
+    args = parser.parse_args(argv)
+
+    import lockstep
+    from lockstep.barrier.runtime import JobRunner
+    from lockstep.examples import deep
+
+    by_id = {job.job_id: job for job in deep.JOBS}
+    ls = lockstep.connect(args.target, warehouse=args.warehouse)
+    extra = dict(kv.split("=", 1) for kv in os.environ.get("CC_SPARK", "").split(",") if kv)
+    spark = ls.spark(**extra)
+    stop = threading.Event()
+    failed: list[str] = []
+
+    def say(message: str) -> None:
+        print(message, flush=True)
+
+    def job_thread(runner: JobRunner) -> None:
+        try:
+            run_until_final(ls, runner, args.run_dir, stop)
+        except BaseException:
+            failed.append(runner.job.job_id)
+            sys.stderr.write(f"job {runner.job.job_id} failed:\n{traceback.format_exc()}")
+            sys.stderr.flush()
+            os._exit(1)  # at once: the harness restarts the process, which recovers
+
+    threads = []
+    for job_id in args.jobs:
+        runner = JobRunner(ls, by_id[job_id], spark.newSession(), ls.iceberg, progress=say)
+        threads.append(threading.Thread(target=job_thread, args=(runner,), name=job_id))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    spark.stop()
+    ls.close()
+    say("all jobs reached the final barrier")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
