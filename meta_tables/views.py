@@ -201,6 +201,33 @@ VIEWS: tuple[MetaView, ...] = (
     ),
 )
 
+VIEWS += (
+    MetaView(
+        "__META_REVISION",
+        "Revisions (DESIGN §7), newest first in ids: the table revised, back to which barrier "
+        "(0: from the start), state, and how many versions of each table it discarded.",
+        ("ls_revision", "ls_revised_version"),
+        f"""
+        SELECT r.revision_id, r.table_name, r.to_barrier, r.full, r.state,
+               {_ts("r.created_at")} AS created_at,
+               {_ts("r.finished_at")} AS finished_at,
+               v.table_name AS revised_table,
+               count(v.barrier_id) AS revised_versions,
+               min(v.barrier_id) AS first_revised_barrier,
+               max(v.barrier_id) AS last_revised_barrier
+        FROM ls_revision r
+        LEFT JOIN ls_revised_version v USING (revision_id)
+        GROUP BY ALL
+        """,
+    ),
+    MetaView(
+        "__META_RETENTION",
+        "Expiration horizons: each table's versions before keep_from may be expired.",
+        ("ls_retention",),
+        f"SELECT table_name, keep_from, {_ts('updated_at')} AS updated_at FROM ls_retention",
+    ),
+)
+
 VIEWS_BY_NAME = {view.name: view for view in VIEWS}
 
 

@@ -99,6 +99,14 @@ class OperationsContract:
         for job in JOBS:
             assert run_barrier(store, job, fresh[job]) == 3
         assert store.recovery_plan("load_shopping", fresh["load_shopping"]).last_written == 3
+        rows = store.query_meta(
+            "SELECT revised_table, revised_versions, first_revised_barrier, state "
+            "FROM __META_REVISION ORDER BY revised_table"
+        ).to_pylist()
+        assert rows == [
+            {"revised_table": t, "revised_versions": n, "first_revised_barrier": 3, "state": "DONE"}
+            for t, n in (("shopping", 2), ("user_item_amount", 2), ("user_item_price", 2))
+        ]
 
     def test_revision_aborts_pending_commits_after_the_barrier(self, store: MetadataStore) -> None:
         tokens = _run_shopping(store, 3)
@@ -155,6 +163,12 @@ class OperationsContract:
         recorded = {r.table: r for r in store.record_retention(1)}
         assert recorded["user_item_amount"].keep_from == 5
         assert recorded["shopping"].keep_from == 2
+        horizons = store.query_meta("SELECT table_name, keep_from FROM __META_RETENTION")
+        assert dict(zip(*horizons.to_pydict().values())) == {
+            "shopping": 2,
+            "user_item_amount": 5,
+            "user_item_price": 2,
+        }
         # a reader arriving after the horizon never gets an expired version: a clear error
         with pytest.raises(SnapshotExpiredError, match="user_item_amount") as expired:
             store.acquire_lease(AGGREGATES, RR)
