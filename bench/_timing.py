@@ -9,10 +9,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, ParamSpec, TypeVar
 
+from sqlalchemy import Engine, event
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
-HEADER = ("op", "backend", "n", "ops/s", "p50 ms", "p99 ms", "baseline", "base p50 ms", "ratio")
+HEADER = (
+    "op",
+    "backend",
+    "n",
+    "ops/s",
+    "p50 ms",
+    "p99 ms",
+    "SQL/call",
+    "baseline",
+    "base p50 ms",
+    "ratio",
+)
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -29,7 +42,8 @@ def percentile(samples: Sequence[float], q: float) -> float:
 @dataclass(frozen=True)
 class Figure:
     """One measured operation. ``ratio`` = p50 over the baseline's p50 (our cost over the
-    store's floor); throughput is calls per second of one sequential client."""
+    store's floor); throughput is calls per second of one sequential client; ``statements``
+    the SQL statements a call sent to the database (embedded stores only)."""
 
     op: str
     backend: str
@@ -39,6 +53,7 @@ class Figure:
     p99_ms: float
     baseline: str | None = None
     baseline_p50_ms: float | None = None
+    statements: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -54,6 +69,7 @@ class Figure:
             self.throughput_s,
             self.p50_ms,
             self.p99_ms,
+            self.statements,
             self.baseline,
             self.baseline_p50_ms,
             self.ratio,
@@ -63,7 +79,13 @@ class Figure:
         return {**asdict(self), "ratio": self.ratio}
 
 
-def figure(op: str, backend: str, samples_s: Sequence[float], base: Figure | None = None) -> Figure:
+def figure(
+    op: str,
+    backend: str,
+    samples_s: Sequence[float],
+    base: Figure | None = None,
+    statements: Sequence[int] = (),
+) -> Figure:
     if not samples_s:
         raise ValueError(f"no samples for {op} on {backend}")
     return Figure(
@@ -75,21 +97,46 @@ def figure(op: str, backend: str, samples_s: Sequence[float], base: Figure | Non
         p99_ms=percentile(samples_s, 99) * 1e3,
         baseline=base.op if base is not None else None,
         baseline_p50_ms=base.p50_ms if base is not None else None,
+        statements=sum(statements) / len(statements) if statements else None,
     )
 
 
 class Recorder:
-    """Collects the duration of each call, per operation name."""
+    """Collects the duration of each call, per operation name, and with a ``statements``
+    counter also how many SQL statements each call sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, statements: Callable[[], int] | None = None) -> None:
         self.samples: dict[str, list[float]] = defaultdict(list)
+        self.statements: dict[str, list[int]] = defaultdict(list)
+        self._count = statements
 
     def call(self, op: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        before = self._count() if self._count is not None else 0
         started = time.perf_counter()
         result = fn(*args, **kwargs)
         self.samples[op].append(time.perf_counter() - started)
+        if self._count is not None:
+            self.statements[op].append(self._count() - before)
         return result
 
     def repeat(self, op: str, n: int, fn: Callable[[], object]) -> None:
         for _ in range(n):
             self.call(op, fn)
+
+
+class StatementCounter:
+    """Counts the statements SQLAlchemy sends on an engine (``before_cursor_execute``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.count = 0
+        event.listen(engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, *_: object) -> None:
+        self.count += 1
+
+    def __call__(self) -> int:
+        return self.count
+
+    def close(self) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._seen)

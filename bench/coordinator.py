@@ -32,7 +32,7 @@ from _load import load_synthetic
 from _output import format_rows, machine, say, write_json
 from _synthetic import Shape, Synthetic
 from _targets import check_targets, format_targets
-from _timing import HEADER, Figure, Recorder, figure
+from _timing import HEADER, Figure, Recorder, StatementCounter, figure
 from _workload import time_protocol, time_resolves, time_sql
 from sqlalchemy import Engine
 
@@ -62,8 +62,10 @@ SQL_TIMEOUT_S = 900.0  # a delay query over the whole history runs for minutes, 
 def floors(engine: Engine, synthetic: Synthetic, backend: str, n: int) -> dict[str, Figure]:
     pool, barriers = synthetic.resolve_pool, synthetic.shape.barriers
     return {
-        "write": figure(FLOOR_WRITE, backend, insert_commit(engine, n)),
-        "read": figure(FLOOR_READ, backend, point_lookup(engine, n, pool, barriers)),
+        "write": figure(FLOOR_WRITE, backend, insert_commit(engine, n), statements=[1]),
+        "read": figure(
+            FLOOR_READ, backend, point_lookup(engine, n, pool, barriers), statements=[1]
+        ),
     }
 
 
@@ -74,18 +76,24 @@ def measure(
     plan: Plan,
     floor: dict[str, Figure],
 ) -> list[Figure]:
-    recorder = Recorder()
-    say(f"{backend}: resolve ({plan.resolves} per level)")
-    time_resolves(store, synthetic, recorder, plan.resolves)
-    say(f"{backend}: SQL lineage and delay ({plan.sql_queries} each)")
-    time_sql(store, synthetic, recorder, plan.sql_queries, split_export=backend != "service")
-    say(f"{backend}: job protocol ({plan.reports} barriers through the report chain)")
-    time_protocol(store, synthetic, recorder, plan.reports)
+    embedded = isinstance(store, SqlMetadataStore)
+    counter = StatementCounter(store.engine) if isinstance(store, SqlMetadataStore) else None
+    recorder = Recorder(counter)
+    try:
+        say(f"{backend}: resolve ({plan.resolves} per level)")
+        time_resolves(store, synthetic, recorder, plan.resolves)
+        say(f"{backend}: SQL lineage and delay ({plan.sql_queries} each)")
+        time_sql(store, synthetic, recorder, plan.sql_queries, split_export=embedded)
+        say(f"{backend}: job protocol ({plan.reports} barriers through the report chain)")
+        time_protocol(store, synthetic, recorder, plan.reports)
+    finally:
+        if counter is not None:
+            counter.close()
     figures = [floor["write"], floor["read"]]
     for op, samples in recorder.samples.items():
         kind = "read" if op.startswith(("resolve", "sql", "next_barrier poll")) else "write"
         base = None if op.endswith("export part") else floor[kind]
-        figures.append(figure(op, backend, samples, base))
+        figures.append(figure(op, backend, samples, base, recorder.statements.get(op, ())))
     return figures
 
 

@@ -25,7 +25,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -36,7 +36,7 @@ from _curve import describe, verdict
 from _load import load_synthetic
 from _output import format_rows, machine, say, write_json
 from _synthetic import Shape, Synthetic
-from _timing import Recorder, figure
+from _timing import Recorder, StatementCounter, figure
 from _workload import resolve_op, time_protocol, time_resolves
 
 from lockstep.meta_tables.sql_store import SqlMetadataStore
@@ -66,8 +66,9 @@ class Sweep:
 @dataclass(frozen=True)
 class Plan:
     sweeps: tuple[Sweep, ...]
-    resolves: int
-    reports: int
+    resolves: int  # per size
+    reports: int  # barriers through the report chain, per size
+    rounds: int  # the sizes take turns this many times
 
 
 def _tables(counts: tuple[int, ...], barriers: int) -> Sweep:
@@ -82,8 +83,9 @@ FULL = Plan(
     (_tables((10, 100, 1_000, 10_000), 100), _history((1_000, 10_000, 100_000, 1_000_000))),
     resolves=300,
     reports=200,
+    rounds=10,
 )
-QUICK = Plan((_tables((10, 40), 20), _history((100, 400))), resolves=20, reports=10)
+QUICK = Plan((_tables((10, 40), 20), _history((100, 400))), resolves=20, reports=10, rounds=2)
 
 
 @contextmanager
@@ -106,25 +108,55 @@ def fresh_store(backend: str, workdir: Path, label: str) -> Iterator[SqlMetadata
             store.close()
 
 
-def measure_point(
-    backend: str, workdir: Path, sweep: Sweep, shape: Shape, plan: Plan
-) -> dict[str, Any]:
-    synthetic = Synthetic(shape)
-    say(f"{sweep.name} = {sweep.size(shape):,}: {synthetic.describe()}")
-    with fresh_store(backend, workdir, f"{sweep.name}-{sweep.size(shape)}") as store:
-        load_s = load_synthetic(store, synthetic)
-        recorder = Recorder()
-        time_resolves(store, synthetic, recorder, plan.resolves, levels=(LEVEL,))
-        time_protocol(store, synthetic, recorder, plan.reports)
-    figures = {op: figure(op, backend, recorder.samples[op]) for op in OPS}
-    return {
-        "size": sweep.size(shape),
-        "tables": shape.tables,
-        "barriers": shape.barriers,
-        "versions": synthetic.row_counts()["ls_table_version"],
-        "load_s": round(load_s, 1),
-        "figures": {op: f.as_dict() for op, f in figures.items()},
-    }
+@dataclass
+class Point:
+    """One size of a sweep: its store, and what was timed on it."""
+
+    size: int
+    synthetic: Synthetic
+    store: SqlMetadataStore
+    load_s: float
+    recorder: Recorder
+    counter: StatementCounter
+
+    def result(self, backend: str) -> dict[str, Any]:
+        figures = {
+            op: figure(
+                op, backend, self.recorder.samples[op], statements=self.recorder.statements[op]
+            )
+            for op in OPS
+        }
+        return {
+            "size": self.size,
+            "tables": self.synthetic.shape.tables,
+            "barriers": self.synthetic.shape.barriers,
+            "versions": self.synthetic.row_counts()["ls_table_version"],
+            "load_s": round(self.load_s, 1),
+            "figures": {op: f.as_dict() for op, f in figures.items()},
+        }
+
+
+def measure_sweep(backend: str, workdir: Path, sweep: Sweep, plan: Plan) -> list[dict[str, Any]]:
+    """Load a store per size, then time all sizes in interleaved rounds, so background load
+    on the machine falls on every size alike rather than on whichever ran at the time."""
+    with ExitStack() as stack:
+        points = []
+        for shape in sweep.shapes:
+            synthetic = Synthetic(shape)
+            size = sweep.size(shape)
+            say(f"{sweep.name} = {size:,}: {synthetic.describe()}")
+            store = stack.enter_context(fresh_store(backend, workdir, f"{sweep.name}-{size}"))
+            load_s = load_synthetic(store, synthetic)
+            counter = StatementCounter(store.engine)
+            stack.callback(counter.close)
+            points.append(Point(size, synthetic, store, load_s, Recorder(counter), counter))
+        say(f"{sweep.name}: timing {len(points)} sizes in {plan.rounds} interleaved rounds")
+        for _ in range(plan.rounds):
+            for p in points:
+                resolves, reports = plan.resolves // plan.rounds, plan.reports // plan.rounds
+                time_resolves(p.store, p.synthetic, p.recorder, resolves, levels=(LEVEL,))
+                time_protocol(p.store, p.synthetic, p.recorder, reports)
+        return [p.result(backend) for p in points]
 
 
 def print_sweep(sweep: Sweep, points: list[dict[str, Any]]) -> dict[str, str]:
@@ -146,7 +178,8 @@ def print_sweep(sweep: Sweep, points: list[dict[str, Any]]) -> dict[str, str]:
     verdicts = {}
     for op in OPS:
         p50s = [p["figures"][op]["p50_ms"] for p in points]
-        print(f"  {op}: {describe(sizes, p50s)}")
+        statements = sorted({round(p["figures"][op]["statements"], 1) for p in points})
+        print(f"  {op}: {describe(sizes, p50s)}; SQL statements per call: {statements}")
         verdicts[op] = verdict(sizes, p50s)
     return verdicts
 
@@ -163,9 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict[str, Any]]] = {}
     try:
         for sweep in plan.sweeps:
-            results[sweep.name] = [
-                measure_point(args.backend, workdir, sweep, shape, plan) for shape in sweep.shapes
-            ]
+            results[sweep.name] = measure_sweep(args.backend, workdir, sweep, plan)
     except PostgresUnavailable as e:
         say(f"postgres: unavailable ({e})")
         return 2

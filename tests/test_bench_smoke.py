@@ -60,6 +60,10 @@ def check_figures(figures: list[dict[str, Any]], backend: str, expected: set[str
         assert f["n"] > 0, op
         assert 0 < f["p50_ms"] <= f["p99_ms"], op
         assert f["throughput_s"] > 0, op
+        if backend == "service":  # statements are counted on an embedded store's engine
+            assert f["statements"] is None or op in FLOORS, op
+        elif not op.endswith("export part"):
+            assert f["statements"] >= 1, op
         if op in FLOORS or op.endswith(("export part", "/healthz")):
             assert f["ratio"] is None, op
         else:  # our cost over the floor of the same store
@@ -120,6 +124,7 @@ def test_scaling_benchmark(tmp_path: Path) -> None:
             assert len(p["figures"]) == 4
             for op, f in p["figures"].items():
                 assert 0 < f["p50_ms"] <= f["p99_ms"], (name, op)
+                assert f["statements"] >= 1, (name, op)
         assert set(data["verdicts"][name].values()) <= {"flat", "log", "linear"}
         assert f"{name.capitalize()} grow" in stdout
 
