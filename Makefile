@@ -2,9 +2,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PKG_DIRS := lockstep topology barrier readers meta_tables examples
+PKG_DIRS := lockstep topology barrier readers meta_tables examples lockstep/service
 
-.PHONY: demo test test-fast lint typecheck format clean
+.PHONY: demo test test-fast lint typecheck format clean bench bench-coordinator bench-scaling \
+	bench-pipeline crash-check
 
 # The venv, with the project installed editable (strict mode: a link tree that type checkers
 # and tools can follow). Re-installed when pyproject.toml changes or a package file is added.
@@ -39,6 +40,23 @@ typecheck: $(VENV)/.installed
 format: $(VENV)/.installed
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# Benchmarks (figures, not pass/fail; see bench/README.md) and the long crash-and-check run.
+bench: bench-coordinator bench-scaling bench-pipeline
+
+bench-coordinator: $(VENV)/.installed
+	$(BIN)/python bench/coordinator.py
+
+bench-scaling: $(VENV)/.installed
+	$(BIN)/python bench/scaling.py
+
+bench-pipeline: $(VENV)/.installed
+	$(BIN)/python bench/pipeline.py
+
+CRASH_MINUTES ?= 10
+crash-check: $(VENV)/.installed
+	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --coordinator embedded
+	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --coordinator service
 
 clean:
 	rm -rf $(VENV) build .typecheck .pytest_cache .mypy_cache .ruff_cache *.egg-info
