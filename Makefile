@@ -55,8 +55,7 @@ bench-pipeline: $(VENV)/.installed
 
 CRASH_MINUTES ?= 10
 crash-check: $(VENV)/.installed
-	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --coordinator embedded
-	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --coordinator service
+	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --coordinator both
 
 clean:
 	rm -rf $(VENV) build .typecheck .pytest_cache .mypy_cache .ruff_cache *.egg-info
