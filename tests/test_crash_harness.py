@@ -34,10 +34,11 @@ def test_pipeline_survives_random_kills(
         chaos_s=25.0,
         extra_s=240.0,  # the minimums below are waited for, within this
         kill_gap_s=(6.0, 14.0),
-        fault_probability=0.5,
+        fault_probability=1.0,  # each restart after a random kill also dies at a protocol point
         min_job_kills=1,
         min_coordinator_kills=1,
         min_ru_inconsistent=1,
+        outage_probability=0.0,  # the long version takes the whole service down too
     )
     result = run_once(plan, tmp_path, say=False)
     with capsys.disabled():  # the figures belong in the CI log

@@ -77,8 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     by_id = {job.job_id: job for job in deep.JOBS}
     ls = lockstep.connect(args.target, warehouse=args.warehouse)
-    extra = dict(kv.split("=", 1) for kv in os.environ.get("CC_SPARK", "").split(",") if kv)
-    spark = ls.spark(**extra)
+    spark = ls.spark()
     stop = threading.Event()
     failed: list[str] = []
 

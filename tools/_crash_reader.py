@@ -8,7 +8,8 @@ at every consistency level, over and over, and records what each read claimed an
 Each read goes through ``lockstep.connect(TARGET).read(tables, level)`` (a leased snapshot
 set) and reads every table's rows from its leased snapshot (pyiceberg). One JSON line per
 read goes to ``RUN_DIR/reads.jsonl``: level, group, claimed barrier, each table's version
-barrier and snapshot, and a digest of each table's rows; the harness checks them against
+barrier and snapshot, the tables read at a staged (PROCESSED, not yet published)
+version, and a digest of each table's rows; the harness checks them against
 the ground truth at the end. A snapshot never changes, so its digest is computed once and
 remembered: the reader leaves the cores to the jobs while every read still resolves and
 leases its own snapshot set.
@@ -73,6 +74,11 @@ class Reader:
                 barrier_id=session.barrier_id,
                 barriers=session.snapshot_set.barriers,
                 snapshots=session.snapshots,
+                staged=sorted(
+                    t
+                    for t, v in session.snapshot_set.versions.items()
+                    if v.state.value != "WRITTEN"
+                ),
                 digests=digests,
             )
         finally:

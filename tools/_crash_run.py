@@ -55,6 +55,8 @@ class RunPlan:
     job_warmup_s: float = 8.0  # a job process is killed only after this long, and once it
     # has written a barrier since it started (so the kill lands in work, not in JVM start-up)
     coordinator_down_s: tuple[float, float] = (0.0, 1.5)  # before a killed one restarts
+    outage_probability: float = 0.25  # service: a coordinator kill takes down every replica...
+    outage_s: tuple[float, float] = (2.0, 12.0)  # ...for this long (clients retry ~8 s)
     fault_probability: float = 0.4  # a restarted job process gets a protocol-point fault
     min_job_kills: int = 1
     min_coordinator_kills: int = 1
@@ -72,7 +74,8 @@ class RunResult:
     barriers: int = 0
     job_kills: int = 0  # SIGKILLed by the harness at a random moment
     fault_kills: int = 0  # killed by the runtime at a LOCKSTEP_FAULT protocol point
-    coordinator_kills: int = 0
+    coordinator_kills: int = 0  # coordinator processes killed (both replicas in an outage)
+    outages: int = 0  # service: every replica down at once
     job_starts: int = 0
     expected_errors: list[str] = field(default_factory=list)  # see EXPECTED_ERRORS
     errors: list[str] = field(default_factory=list)  # anything else that ended a process
@@ -248,16 +251,21 @@ class CrashRun:
             self._restart_job(victim, faults=True)
             return True
         if not kill_job and coordinators:
-            victim = self.rng.choice(coordinators)
-            victim.kill()
-            result.coordinator_kills += 1
-            self.log(f"SIGKILL coordinator {victim.name}")
-            time.sleep(self.rng.uniform(*plan.coordinator_down_s))
-            if victim in self.replicas:
-                self._start_replica(victim)
-            else:
-                victim.start()
-            self.log(f"restarted {victim.name}")
+            outage = len(coordinators) > 1 and self.rng.random() < plan.outage_probability
+            victims = coordinators if outage else [self.rng.choice(coordinators)]
+            for victim in victims:
+                victim.kill()
+            result.coordinator_kills += len(victims)
+            result.outages += outage
+            names = ", ".join(v.name for v in victims)
+            self.log(f"SIGKILL coordinator {names}" + (" (an outage)" if outage else ""))
+            time.sleep(self.rng.uniform(*(plan.outage_s if outage else plan.coordinator_down_s)))
+            for victim in victims:
+                if victim in self.replicas:
+                    self._start_replica(victim)
+                else:
+                    victim.start()
+            self.log(f"restarted {names}")
             return True
         return False
 

@@ -78,6 +78,7 @@ class Read:
     barrier_id: int | None  # the claimed barrier (None under read_uncommitted)
     barriers: dict[str, int]  # each table's version barrier
     digests: dict[str, str]  # each table's contents as read
+    staged: tuple[str, ...] = ()  # tables read at a PROCESSED (not yet published) version
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Read:
@@ -87,6 +88,7 @@ class Read:
             barrier_id=data["barrier_id"],
             barriers={t: int(b) for t, b in data["barriers"].items()},
             digests=dict(data["digests"]),
+            staged=tuple(data.get("staged", ())),
         )
 
 
@@ -119,6 +121,7 @@ def mislabelled(read: Read) -> list[str]:
 @dataclass
 class LevelReport:
     reads: int = 0
+    staged: int = 0  # reads that saw a staged (PROCESSED, unpublished) version
     inconsistent: int = 0
     mislabelled: int = 0  # reads with a table whose data is not its version's barrier
     went_backwards: int = 0  # repeatable_read only: a read older than the one before
@@ -126,6 +129,7 @@ class LevelReport:
 
     def add(self, other: LevelReport) -> None:
         self.reads += other.reads
+        self.staged += other.staged
         self.inconsistent += other.inconsistent
         self.mislabelled += other.mislabelled
         self.went_backwards += other.went_backwards
@@ -139,6 +143,7 @@ def check_reads(reads: Sequence[Read], newest_barrier: int) -> dict[str, LevelRe
     for read in reads:
         level = report[read.level]
         level.reads += 1
+        level.staged += bool(read.staged)
         if not is_consistent(read, newest_barrier):
             level.inconsistent += 1
             if level.example is None:

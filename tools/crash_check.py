@@ -72,13 +72,15 @@ def summary(results: Sequence[RunResult]) -> str:
         f"seeds {', '.join(str(r.seed) for r in results)}",
         f"  kills: job processes {sum(r.job_kills for r in results)} at random moments + "
         f"{sum(r.fault_kills for r in results)} at protocol points, coordinator "
-        f"{sum(r.coordinator_kills for r in results)}; job process starts "
+        f"{sum(r.coordinator_kills for r in results)} (outages "
+        f"{sum(r.outages for r in results)}); job process starts "
         f"{sum(r.job_starts for r in results)}",
         f"  barriers: {sum(r.barriers for r in results)} "
         f"({tables.versions_checked} table versions checked against ground truth)",
         "  reads:        " + "  ".join(f"{level} {reads[level].reads:>5}" for level in LEVELS),
         "  inconsistent: "
         + "  ".join(f"{level} {reads[level].inconsistent:>5}" for level in LEVELS),
+        "  read staged:  " + "  ".join(f"{level} {reads[level].staged:>5}" for level in LEVELS),
         f"  rows lost {tables.rows_lost}, rows duplicated {tables.rows_duplicated}, "
         f"rows unexpected {tables.rows_unexpected}; versions missing "
         f"{tables.versions_missing}; main history anomalies {tables.history_anomalies}",
