@@ -17,13 +17,53 @@ from pathlib import Path
 
 import pytest
 from _crash_run import RunPlan
+from _crash_truth import Read, compare_rows, is_consistent, mislabelled, truth_digest, truth_rows
 from crash_check import run_once, summary
-
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 SEEDS = {"embedded": 11, "service": 12}  # the victims and faults they pick; timing varies
 
 
+# -- the checker itself (fast): it must see a violation when there is one ----------------------
+
+
+def _read(level: str, claimed: int | None, at: dict[str, int], rows_of: dict[str, int]) -> Read:
+    """A read whose tables' versions claim barriers ``at`` and hold the truth of ``rows_of``."""
+    digests = {table: truth_digest(table, b) for table, b in rows_of.items()}
+    return Read(level, "test", claimed, dict(at), digests)
+
+
+def test_checker_flags_a_read_whose_data_is_not_its_claimed_barrier() -> None:
+    right = _read("read_committed", 3, {"users": 3, "enriched": 3}, {"users": 3, "enriched": 3})
+    stale = _read("read_committed", 3, {"users": 3, "enriched": 3}, {"users": 3, "enriched": 2})
+    assert is_consistent(right, 5)
+    assert not is_consistent(stale, 5)
+    assert mislabelled(stale) == ["enriched"]
+    mixed = _read(
+        "read_uncommitted", None, {"users": 3, "enriched": 2}, {"users": 3, "enriched": 2}
+    )
+    assert not is_consistent(mixed, 5)
+    assert mislabelled(mixed) == []  # each table is right for its own version: just mixed
+    one = _read("read_uncommitted", None, {"users": 2, "enriched": 2}, {"users": 2, "enriched": 2})
+    assert is_consistent(one, 5)
+
+
+def test_checker_counts_lost_duplicated_and_unexpected_rows() -> None:
+    expected = truth_rows("orders", 2)
+    assert compare_rows(expected, expected) == (0, 0, 0)
+    doubled = [*expected, expected[0]]
+    assert compare_rows(expected, doubled) == (0, 1, 0)
+    replayed = expected + truth_rows("orders", 1)  # barrier 1 appended twice
+    assert compare_rows(expected, replayed) == (0, len(truth_rows("orders", 1)), 0)
+    assert compare_rows(expected, expected[1:]) == (1, 0, 0)
+    wrong = [*expected[1:], (("order_id", "o9-9"),)]
+    assert compare_rows(expected, wrong) == (1, 0, 1)
+
+
+# -- the harness on Spark ----------------------------------------------------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.slow
 @pytest.mark.parametrize("coordinator", ["embedded", "service"])
 def test_pipeline_survives_random_kills(
     coordinator: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
