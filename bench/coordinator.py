@@ -11,7 +11,7 @@ that floor.
 
 Run from the repository root::
 
-    .venv/bin/python bench/coordinator.py            # full size (~10 min)
+    .venv/bin/python bench/coordinator.py            # full size (~12 min)
     .venv/bin/python bench/coordinator.py --quick    # tiny, seconds (what CI runs)
 """
 
@@ -80,7 +80,8 @@ def measure(
     counter = StatementCounter(store.engine) if isinstance(store, SqlMetadataStore) else None
     recorder = Recorder(counter)
     try:
-        say(f"{backend}: resolve ({plan.resolves} per level)")
+        load = os.getloadavg()[0]
+        say(f"{backend}: resolve ({plan.resolves} per level); load average now {load:.1f}")
         time_resolves(store, synthetic, recorder, plan.resolves)
         say(f"{backend}: SQL lineage and delay ({plan.sql_queries} each)")
         time_sql(store, synthetic, recorder, plan.sql_queries, split_export=embedded)

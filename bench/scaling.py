@@ -13,7 +13,7 @@ curve of p50 latencies is called flat, log or linear (``_curve.py``).
 
 Run from the repository root::
 
-    .venv/bin/python bench/scaling.py            # full size (~10 min)
+    .venv/bin/python bench/scaling.py            # full size (~6-8 min)
     .venv/bin/python bench/scaling.py --quick    # tiny, seconds (what CI runs)
 """
 
