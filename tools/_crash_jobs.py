@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 
 FINAL_FILE = "final"
 POLL_S = 0.1
+# Lockstep's local JVM options plus room for compiled code: with C1 alone the code cache is
+# 48 MB, which this pipeline fills in a few minutes; then everything new runs interpreted
+# (the long version keeps a job process alive that long between kills)
+CODE_CACHE = "-XX:ReservedCodeCacheSize=256m"
 
 
 def final_barrier(run_dir: Path) -> int | None:
@@ -73,11 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import lockstep
     from lockstep.barrier.runtime import JobRunner
+    from lockstep.barrier.spark_session import LOCAL_JVM_OPTIONS
     from lockstep.examples import deep
 
     by_id = {job.job_id: job for job in deep.JOBS}
     ls = lockstep.connect(args.target, warehouse=args.warehouse)
-    spark = ls.spark()
+    jvm = " ".join(["-Dderby.system.home=/tmp", *LOCAL_JVM_OPTIONS, CODE_CACHE])
+    spark = ls.spark(**{"spark.driver.extraJavaOptions": jvm})
     stop = threading.Event()
     failed: list[str] = []
 
