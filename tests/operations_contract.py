@@ -164,7 +164,7 @@ class OperationsContract:
         assert recorded["user_item_amount"].keep_from == 5
         assert recorded["shopping"].keep_from == 2
         horizons = store.query_meta("SELECT table_name, keep_from FROM __META_RETENTION")
-        assert dict(zip(*horizons.to_pydict().values())) == {
+        assert dict(zip(*horizons.to_pydict().values(), strict=True)) == {
             "shopping": 2,
             "user_item_amount": 5,
             "user_item_price": 2,
