@@ -78,6 +78,7 @@ class CpuShares:
     elapsed_s: float
     own: float | None  # this process tree (the benchmark and its Spark JVM)
     others: float | None  # everything else running meanwhile
+    own_cpu_s: float | None = None  # this process tree's CPU seconds
 
     def describe(self) -> str:
         if self.own is None or self.others is None:
@@ -108,4 +109,4 @@ class CpuWatch:
         capacity = elapsed * (os.cpu_count() or 1)
         busy = _machine_busy_s() - self._busy
         own = _tree_cpu_s(os.getpid()) - self._own
-        return CpuShares(elapsed, own / capacity, max(0.0, busy - own) / capacity)
+        return CpuShares(elapsed, own / capacity, max(0.0, busy - own) / capacity, own)

@@ -83,6 +83,7 @@ class PipelineResult:
     plain_job: dict[str, dict[int, float]]  # table -> interval -> its job's step (s)
     reads: ReadTimings
     mismatched: dict[str, list[str]]  # per path: tables that differ from the ground truth
+    phase_cpu: dict[str, CpuShares]  # per path: CPU used by the run and by other processes
 
     def barrier_rows(self) -> list[dict[str, Any]]:
         """The per-barrier table: leaf E2E under Lockstep, plain chain, their ratio."""
@@ -143,6 +144,11 @@ class PipelineResult:
                 )
             },
             "tables_match_ground_truth": not any(self.mismatched.values()),
+            "cpu_s_per_barrier": {
+                path: (c.own_cpu_s / self.settings.barriers if c.own_cpu_s is not None else None)
+                for path, c in self.phase_cpu.items()
+            },
+            "others_cpu_share": {path: c.others for path, c in self.phase_cpu.items()},
         }
 
 
@@ -214,19 +220,25 @@ def run_benchmark(
     if settings.warmup and warmup_dir is not None:
         warm_up(spark, warmup_dir, settings.warmup, progress)
 
+    phase_cpu: dict[str, CpuShares] = {}
+
     def lockstep_run() -> None:
         progress(
             f"lockstep: {settings.barriers} barriers, one every {settings.interval_s:g}s "
             f"(jobs poll every {settings.poll_s:g}s)"
         )
+        watch = CpuWatch()
         LockstepPipeline(ls, spark, deep.JOBS, poll_s=settings.poll_s, progress=progress).run(
             settings.barriers, settings.interval_s
         )
+        phase_cpu["lockstep"] = watch.shares()
 
     if not settings.plain_first:
         lockstep_run()
     progress(f"plain chain: {settings.barriers} intervals of {settings.interval_s:g}s")
+    watch = CpuWatch()
     plain_delays, plain_job = run_plain(spark, plain_tables, settings, progress)
+    phase_cpu["plain"] = watch.shares()
     if settings.plain_first:
         lockstep_run()
     progress(f"reads: {settings.read_repeats} of {', '.join(READ_TABLES)} per path")
@@ -239,6 +251,7 @@ def run_benchmark(
         plain_job=plain_job,
         reads=reads,
         mismatched=mismatched_tables(ls, plain_tables, settings.barriers),
+        phase_cpu=phase_cpu,
     )
 
 
@@ -247,6 +260,17 @@ def run_benchmark(
 
 def _ms(stats: dict[str, float]) -> dict[str, float]:
     return {"p50_ms": stats["p50"], "p99_ms": stats["p99"]}
+
+
+def _cpu_line(summary: dict[str, Any]) -> str:
+    per, others = summary["cpu_s_per_barrier"], summary["others_cpu_share"]
+    if per.get("lockstep") is None or per.get("plain") is None:
+        return "CPU per barrier: unknown (no /proc)"
+    return (
+        f"CPU per barrier (this process + its JVM): Lockstep {per['lockstep']:.2f}s, plain "
+        f"{per['plain']:.2f}s ({per['lockstep'] / per['plain']:.2f}x); other processes took "
+        f"{others['lockstep']:.0%} / {others['plain']:.0%} of the machine meanwhile"
+    )
 
 
 def format_report(result: PipelineResult) -> str:
@@ -272,6 +296,7 @@ def format_report(result: PipelineResult) -> str:
         f"{summary['ratio_per_barrier']['max']:.2f}x) -> {verdict[summary['ratio_target_met']]}",
         f"Target leaf E2E < {TARGET_INTERVALS:g}x interval ({summary['leaf_e2e_limit_s']:g}s): "
         f"max {ls_leaf['max']:.2f}s -> {verdict[summary['leaf_e2e_target_met']]}",
+        _cpu_line(summary),
         "",
         f"Reads of {', '.join(result.reads.tables)} into Arrow ({len(result.reads.plain)} each, "
         f"{result.reads.level})",

@@ -71,6 +71,7 @@ def test_pipeline_benchmark_smoke(
     for path in ("consistent", "plain", "lease_only"):
         assert 0 < summary["reads_ms"][path]["p50"] <= summary["reads_ms"][path]["p99"]
     assert summary["tables_match_ground_truth"], result.mismatched
+    assert set(summary["cpu_s_per_barrier"]) == {"lockstep", "plain"}
 
     # the Lockstep tables, read here independently of the benchmark's own check
     with spark_ls.read(deep.TABLES, "repeatable_read") as read:
