@@ -8,12 +8,13 @@ wrong result.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import pyarrow as pa
 from _synthetic import Synthetic
 from _timing import Recorder
 
+from lockstep.meta_tables.pushdown import Restriction
 from lockstep.meta_tables.query import Exporter
 from lockstep.meta_tables.store import MetadataStore
 from lockstep.readers.model import ConsistencyLevel
@@ -93,7 +94,10 @@ def time_sql(
 
 
 def _timed(recorder: Recorder, op: str, export: Exporter) -> Exporter:
-    return lambda names: recorder.call(op, export, names)
+    def timed(names: Collection[str], where: Sequence[Restriction]) -> dict[str, pa.Table]:
+        return recorder.call(op, export, names, where)
+
+    return timed
 
 
 def _check_sql(op: str, result: pa.Table, synthetic: Synthetic) -> None:

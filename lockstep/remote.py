@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import pyarrow as pa
@@ -33,6 +33,9 @@ from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
 from lockstep.service import wire
 from lockstep.topology.graph import Topology
 from lockstep.topology.model import JobSpec
+
+if TYPE_CHECKING:
+    from lockstep.meta_tables.pushdown import Restriction
 
 T = TypeVar("T")
 RETRIES = 4
@@ -331,7 +334,10 @@ class RemoteMetadataStore(MetadataStore):
 
     # -- meta tables -----------------------------------------------------------------------
 
-    def export_tables(self, names: Collection[str]) -> dict[str, pa.Table]:
+    def export_tables(
+        self, names: Collection[str], where: Sequence[Restriction] = ()
+    ) -> dict[str, pa.Table]:
+        # whole tables: SQL runs on the service (query_meta), which pushes filters down there
         return {
             name: _arrow(self._call("GET", f"/v1/export/{name}", idempotent=True)) for name in names
         }

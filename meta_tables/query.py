@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
 import duckdb
 import pyarrow as pa
 
 from lockstep.errors import MetaQueryError, ReadOnlyQueryError
-from lockstep.meta_tables.views import VIEWS, base_tables_for
+from lockstep.meta_tables.pushdown import Restriction, plan_pushdown
+from lockstep.meta_tables.views import VIEWS, base_tables_for, with_view_dependencies
 
-Exporter = Callable[[Collection[str]], dict[str, pa.Table]]
+Exporter = Callable[[Collection[str], Sequence[Restriction]], dict[str, pa.Table]]
 
 _ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 _META_NAME = re.compile(r"__META_[A-Z_]+", re.IGNORECASE)
@@ -65,14 +66,16 @@ def run_meta_query(
     ``max_rows`` refuses larger results; ``timeout_s`` interrupts a query that runs longer.
     """
     check_read_only(query)
-    base = export(sorted(base_tables_for(referenced_views(query))))
     con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
     try:
+        views = with_view_dependencies(referenced_views(query))
+        needed = base_tables_for(views)
+        base = export(sorted(needed), plan_pushdown(con, query, frozenset(needed)))
         for name, table in base.items():
             con.register(name, table)
         con.execute(f"CREATE MACRO lockstep_now_us() AS {int(now_us)}::BIGINT")
-        for view in VIEWS:
-            if base_tables_for({view.name}) <= set(base):
+        for view in VIEWS:  # in dependency order
+            if view.name in views:
                 con.execute(f"CREATE VIEW {view.name} AS {view.sql}")
         con.execute("SET lock_configuration = true")
         timer = threading.Timer(timeout_s, con.interrupt) if timeout_s else None

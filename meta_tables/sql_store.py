@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 from sqlalchemy import Engine, delete, select
@@ -49,6 +49,9 @@ from lockstep.meta_tables.store import DEFAULT_LEASE_TTL_S, MetadataStore, Table
 from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
 from lockstep.topology.graph import Topology
 from lockstep.topology.model import JobSpec
+
+if TYPE_CHECKING:
+    from lockstep.meta_tables.pushdown import Restriction
 
 T = TypeVar("T")
 Clock = Callable[[], datetime]
@@ -354,8 +357,10 @@ class SqlMetadataStore(MetadataStore):
 
     # -- meta tables -----------------------------------------------------------------------
 
-    def export_tables(self, names: Collection[str]) -> dict[str, pa.Table]:
-        return self._read(lambda s: export.export_tables(s, names))
+    def export_tables(
+        self, names: Collection[str], where: Sequence[Restriction] = ()
+    ) -> dict[str, pa.Table]:
+        return self._read(lambda s: export.export_tables(s, names, where))
 
 
 def _retryable(error: DBAPIError) -> bool:

@@ -12,7 +12,7 @@ import abc
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -29,6 +29,9 @@ from lockstep.barrier.model import (
 from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
 from lockstep.topology.graph import Topology
 from lockstep.topology.model import JobSpec, TableType
+
+if TYPE_CHECKING:
+    from lockstep.meta_tables.pushdown import Restriction
 
 DEFAULT_LEASE_TTL_S = 600.0
 
@@ -234,8 +237,12 @@ class MetadataStore(abc.ABC):
     # -- meta tables -----------------------------------------------------------------------
 
     @abc.abstractmethod
-    def export_tables(self, names: Collection[str]) -> dict[str, pa.Table]:
-        """The named base tables (``ls_*``) as Arrow, for the SQL meta views."""
+    def export_tables(
+        self, names: Collection[str], where: Sequence[Restriction] = ()
+    ) -> dict[str, pa.Table]:
+        """The named base tables (``ls_*``) as Arrow, for the SQL meta views. ``where``
+        (a query's pushed-down filters) lets a store leave out rows the query cannot need;
+        ignoring it is correct, only slower."""
 
     def query_meta(self, query: str, *, max_rows: int | None = None) -> pa.Table:
         """Run a read-only SQL query over the ``__META_*`` views (local DuckDB by default;

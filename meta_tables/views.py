@@ -8,7 +8,26 @@ what it uses. ``lockstep_now_us()`` is the store clock at query time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Via(Enum):
+    """How a filter on a view's key column carries over to a base table's column."""
+
+    SAME = "same"  # the same values (any comparison)
+    WRITERS = "writers"  # table names -> the jobs that write those tables (= / IN only)
+    WITH_SOURCES = "with_sources"  # table names -> those plus their writers' sources (= / IN)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A base-table column a filter on a view's key column may be pushed to."""
+
+    table: str
+    column: str
+    via: Via = Via.SAME
 
 
 @dataclass(frozen=True)
@@ -17,11 +36,24 @@ class MetaView:
     doc: str
     uses: tuple[str, ...]  # base tables and other views
     sql: str
+    # Key columns whose constant filters may restrict the export (meta_tables/pushdown.py):
+    # every row the view can produce with such a filter comes from base rows matching the
+    # pushed filter, so exporting only those rows changes no answer.
+    keys: Mapping[str, tuple[Target, ...]] = field(default_factory=dict)
 
 
 def _ts(column: str) -> str:
     return f"make_timestamp({column})"
 
+
+# __META_TABLE's rows by table: the table, its writer, its versions (not its writer's sources)
+_TABLE_KEYS = {
+    "table_name": (
+        Target("ls_table", "table_name"),
+        Target("ls_job_sink", "table_name"),
+        Target("ls_table_version", "table_name"),
+    )
+}
 
 VIEWS: tuple[MetaView, ...] = (
     MetaView(
@@ -61,12 +93,14 @@ VIEWS: tuple[MetaView, ...] = (
         LEFT JOIN heads h USING (table_name)
         LEFT JOIN ls_barrier b ON b.barrier_id = h.latest_written
         """,
+        keys=_TABLE_KEYS,
     ),
     MetaView(
         "__META_TABLE_VERSION",
         "Each table's version = newest WRITTEN barrier, and its type ROOT/INTERMEDIATE (seed).",
         ("__META_TABLE",),
         "SELECT table_name, latest_written AS version, table_type FROM __META_TABLE",
+        keys=_TABLE_KEYS,
     ),
     MetaView(
         "__META_JOB",
@@ -83,6 +117,13 @@ VIEWS: tuple[MetaView, ...] = (
                j.external_sources
         FROM ls_job j
         """,
+        keys={
+            "job_id": (
+                Target("ls_job", "job_id"),
+                Target("ls_job_source", "job_id"),
+                Target("ls_job_barrier", "job_id"),
+            )
+        },
     ),
     MetaView(
         "__META_BARRIER",
@@ -110,6 +151,12 @@ VIEWS: tuple[MetaView, ...] = (
                     ELSE 'ISSUED' END AS state
         FROM ls_barrier b JOIN scope s USING (barrier_id) LEFT JOIN counts c USING (barrier_id)
         """,
+        keys={
+            "barrier_id": (
+                Target("ls_barrier", "barrier_id"),
+                Target("ls_table_version", "barrier_id"),
+            )
+        },
     ),
     MetaView(
         "__META_TABLE_BARRIER",
@@ -120,6 +167,10 @@ VIEWS: tuple[MetaView, ...] = (
                {_ts("processed_at")} AS processed_at, {_ts("written_at")} AS written_at
         FROM ls_table_version
         """,
+        keys={
+            column: (Target("ls_table_version", column),)
+            for column in ("table_name", "barrier_id", "job_id")
+        },
     ),
     MetaView(
         "__META_JOB_BARRIER",
@@ -131,6 +182,7 @@ VIEWS: tuple[MetaView, ...] = (
                {_ts("written_at")} AS written_at
         FROM ls_job_barrier
         """,
+        keys={column: (Target("ls_job_barrier", column),) for column in ("job_id", "barrier_id")},
     ),
     MetaView(
         "__META_PENDING_COMMIT",
@@ -141,6 +193,10 @@ VIEWS: tuple[MetaView, ...] = (
                {_ts("created_at")} AS created_at, {_ts("updated_at")} AS updated_at
         FROM ls_pending_commit
         """,
+        keys={
+            column: (Target("ls_pending_commit", column),)
+            for column in ("job_id", "barrier_id", "table_name")
+        },
     ),
     MetaView(
         "__META_LEASE",
@@ -198,6 +254,19 @@ VIEWS: tuple[MetaView, ...] = (
         LEFT JOIN source_ready r ON r.job_id = v.job_id AND r.barrier_id = v.barrier_id
         WHERE v.state = 'WRITTEN'
         """,
+        keys={
+            # the table's versions and its writer's sources' versions (source_ready)
+            "table_name": (
+                Target("ls_table_version", "table_name", Via.WITH_SOURCES),
+                Target("ls_job_barrier", "job_id", Via.WRITERS),
+            ),
+            "barrier_id": (
+                Target("ls_table_version", "barrier_id"),
+                Target("ls_barrier", "barrier_id"),
+                Target("ls_job_barrier", "barrier_id"),
+            ),
+            "job_id": (Target("ls_job_barrier", "job_id"),),
+        },
     ),
 )
 
@@ -229,6 +298,17 @@ VIEWS += (
 )
 
 VIEWS_BY_NAME = {view.name: view for view in VIEWS}
+
+
+def with_view_dependencies(view_names: set[str]) -> set[str]:
+    """The given views and the views they read (transitively)."""
+    wanted, todo = set(view_names), list(view_names)
+    while todo:
+        for dep in VIEWS_BY_NAME[todo.pop()].uses:
+            if dep in VIEWS_BY_NAME and dep not in wanted:
+                wanted.add(dep)
+                todo.append(dep)
+    return wanted
 
 
 def base_tables_for(view_names: set[str]) -> set[str]:
