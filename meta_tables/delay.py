@@ -1,13 +1,14 @@
-"""Delay and bottleneck report (DESIGN §6) from the ``__META_DELAY`` / lineage views.
+"""Delay and bottleneck report (DESIGN §6) from the ``__META_DELAY`` view.
 
 Per table, over its last K WRITTEN barriers: end-to-end delay (latest, mean, max) and the
 freshness lag now. For one table, at each of those barriers: the critical path (from the
 table's writer, follow the source that became available last, up to a root), each job's
 wait and own cost on it, and the bottleneck, the job on the path with the largest own cost.
 
-Everything is read with :meth:`MetadataStore.query_meta` plus the topology, so the report
-is the same against a local store and against the HTTP service (where the SQL runs on the
-service, with the service's clock).
+Everything is read with :meth:`MetadataStore.query_meta` (each query's filters pushed down
+to the store, so a long history costs nothing extra), the tables' status and the topology,
+so the report is the same against a local store and against the HTTP service (where the SQL
+runs on the service, with the service's clock).
 
 Along a critical path the waits and own costs add up to the end-to-end delay: a root job's
 wait starts at the barrier's issue, each later job's wait at the availability of the
@@ -21,10 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from lockstep.errors import InvalidRequestError, NoWrittenBarrierError, UnknownTableError
+from lockstep.errors import InvalidRequestError, NoWrittenBarrierError
 
 if TYPE_CHECKING:
-    from lockstep.meta_tables.store import MetadataStore
+    from lockstep.meta_tables.store import MetadataStore, TableStatus
     from lockstep.topology.graph import Topology
 
 DEFAULT_DELAY_BARRIERS = 10
@@ -99,19 +100,71 @@ def delay_report(
     """
     if barriers < 1:
         raise InvalidRequestError(f"barriers must be at least 1, got {barriers}")
-    rows = store.query_meta(_summary_sql(table, barriers)).to_pylist()
-    if table is not None and not rows:
-        raise UnknownTableError([table])
-    now = _utc(rows[0]["now"]) if rows else store.now()
-    delays = tuple(_table_delay(row) for row in rows)
+    statuses = store.table_status(None if table is None else [table])
+    if table is not None and statuses[0].latest_written is None:
+        raise NoWrittenBarrierError(table, statuses[0].writer)
+    recent = _recent_rows(store, statuses, barriers)
+    now = store.now()
+    delays = tuple(_table_delay(s, recent.get(s.table, []), now) for s in statuses)
     if table is None:
         return DelayReport(now, barriers, delays)
-    (only,) = delays
-    if only.latest_barrier is None:
-        raise NoWrittenBarrierError(table, only.writer)
-    path_rows = store.query_meta(_path_sql(table, barriers)).to_pylist()
-    paths = critical_paths(store.topology(), table, path_rows)
+    topology = store.topology()
+    upstream = [e.table for e in topology.upstream(table)] if table in topology.tables else []
+    picked = {row["barrier_id"] for row in recent.get(table, ())}
+    path_rows = (
+        [
+            row
+            for row in _delay_rows(store, [table, *upstream], min(picked), max(picked))
+            if row["barrier_id"] in picked
+        ]
+        if picked
+        else []
+    )
+    paths = critical_paths(topology, table, path_rows)
     return DelayReport(now, barriers, delays, table, paths)
+
+
+def _recent_rows(
+    store: MetadataStore, statuses: Sequence[TableStatus], barriers: int
+) -> dict[str, list[dict[str, Any]]]:
+    """Each written table's ``__META_DELAY`` rows at its last ``barriers`` WRITTEN barriers,
+    newest first. A table's WRITTEN barriers run without gaps up to its newest one, so the
+    rows are read by barrier range (pushed down to the store, see meta_tables/pushdown.py);
+    a table with fewer rows there (new, or a gap left by a repair) is read again in full."""
+    by_latest: dict[int, list[str]] = {}
+    for status in statuses:
+        if status.latest_written is not None:
+            by_latest.setdefault(status.latest_written, []).append(status.table)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for latest, tables in sorted(by_latest.items()):
+        for row in _delay_rows(store, tables, latest - barriers + 1, None):
+            found.setdefault(row["table_name"], []).append(row)
+    short = [t for ts in by_latest.values() for t in ts if len(found.get(t, ())) < barriers]
+    if short:
+        for t in short:
+            found.pop(t, None)
+        for row in _delay_rows(store, short, None, None):
+            found.setdefault(row["table_name"], []).append(row)
+    return {
+        t: sorted(rows, key=lambda r: r["barrier_id"], reverse=True)[:barriers]
+        for t, rows in found.items()
+    }
+
+
+def _delay_rows(
+    store: MetadataStore, tables: Sequence[str], first: int | None, last: int | None
+) -> list[dict[str, Any]]:
+    """``__META_DELAY`` rows of ``tables`` with ``first <= barrier_id <= last``."""
+    where = [f"table_name IN ({', '.join(map(_literal, tables))})"]
+    if first is not None:
+        where.append(f"barrier_id >= {int(first)}")
+    if last is not None:
+        where.append(f"barrier_id <= {int(last)}")
+    query = (
+        "SELECT table_name, barrier_id, job_id, issued_at, available_at, e2e_delay_s, "
+        f"wait_s, own_cost_s FROM __META_DELAY WHERE {' AND '.join(where)}"
+    )
+    return list(store.query_meta(query).to_pylist())
 
 
 def critical_paths(
@@ -183,16 +236,23 @@ def _step(row: Mapping[str, Any]) -> PathStep:
     )
 
 
-def _table_delay(row: Mapping[str, Any]) -> TableDelay:
+def _table_delay(
+    status: TableStatus, rows: Sequence[Mapping[str, Any]], now: datetime
+) -> TableDelay:
+    """``rows``: the table's delay rows, newest first."""
+    delays = [row["e2e_delay_s"] for row in rows]
+    newest = rows[0] if rows else None
     return TableDelay(
-        table=row["table_name"],
-        writer=row["writer_job"],
-        barriers=row["barriers"] or 0,
-        latest_barrier=row["latest_barrier"],
-        e2e_latest_s=row["e2e_latest_s"],
-        e2e_avg_s=row["e2e_avg_s"],
-        e2e_max_s=row["e2e_max_s"],
-        freshness_lag_s=row["freshness_lag_s"],
+        table=status.table,
+        writer=status.writer,
+        barriers=len(rows),
+        latest_barrier=None if newest is None else newest["barrier_id"],
+        e2e_latest_s=None if newest is None else newest["e2e_delay_s"],
+        e2e_avg_s=sum(delays) / len(delays) if delays else None,
+        e2e_max_s=max(delays) if delays else None,
+        freshness_lag_s=(
+            None if newest is None else (now - _utc(newest["issued_at"])).total_seconds()
+        ),
     )
 
 
@@ -203,41 +263,3 @@ def _utc(value: datetime) -> datetime:
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
-
-
-def _summary_sql(table: str | None, barriers: int) -> str:
-    only = f"WHERE t.table_name = {_literal(table)}" if table is not None else ""
-    return f"""
-        WITH recent AS (
-            SELECT table_name, barrier_id, e2e_delay_s,
-                   row_number() OVER (PARTITION BY table_name ORDER BY barrier_id DESC) AS n
-            FROM __META_DELAY
-        ), stats AS (
-            SELECT table_name, count(*) AS barriers, max(barrier_id) AS latest_barrier,
-                   arg_max(e2e_delay_s, barrier_id) AS e2e_latest_s,
-                   avg(e2e_delay_s) AS e2e_avg_s, max(e2e_delay_s) AS e2e_max_s
-            FROM recent WHERE n <= {int(barriers)} GROUP BY table_name
-        )
-        SELECT t.table_name, t.writer_job, s.barriers, s.latest_barrier, s.e2e_latest_s,
-               s.e2e_avg_s, s.e2e_max_s, t.freshness_lag_s,
-               make_timestamp(lockstep_now_us()) AS now
-        FROM __META_TABLE t LEFT JOIN stats s USING (table_name)
-        {only}
-        ORDER BY t.table_name
-    """
-
-
-def _path_sql(table: str, barriers: int) -> str:
-    name = _literal(table)
-    return f"""
-        WITH picked AS (
-            SELECT barrier_id FROM __META_DELAY WHERE table_name = {name}
-            ORDER BY barrier_id DESC LIMIT {int(barriers)}
-        )
-        SELECT d.table_name, d.barrier_id, d.job_id, d.issued_at, d.available_at,
-               d.e2e_delay_s, d.wait_s, d.own_cost_s
-        FROM __META_DELAY d JOIN picked USING (barrier_id)
-        WHERE d.table_name = {name}
-           OR d.table_name IN (SELECT upstream_table FROM __META_LINEAGE
-                               WHERE table_name = {name})
-    """
