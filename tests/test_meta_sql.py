@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
 import pytest
 from conftest import FakeClock
 
 from lockstep.errors import MetaQueryError, ReadOnlyQueryError
 from lockstep.facade import Lockstep
+from lockstep.meta_tables.query import run_meta_query
 
 SEED_QUERY = (
     "SELECT T.table_name FROM __META_JOB_SOURCE S JOIN __META_JOB_SINK T "
@@ -165,3 +171,34 @@ def test_row_limit(chain: Lockstep) -> None:
     assert chain.sql("SELECT * FROM __META_BARRIER", max_rows=2).num_rows == 2
     with pytest.raises(MetaQueryError, match="more than 1 rows"):
         chain.sql("SELECT * FROM __META_BARRIER", max_rows=1)
+
+
+def test_a_query_leaves_nothing_behind(chain: Lockstep) -> None:
+    assert chain.sql("SELECT count(*) FROM __META_DELAY").column(0)[0].as_py() > 0
+    leftovers = chain.sql(
+        "SELECT (SELECT count(*) FROM duckdb_views() WHERE NOT internal) "
+        "+ (SELECT count(*) FROM duckdb_tables()) AS n"
+    )
+    assert leftovers.column(0)[0].as_py() == 0
+    with pytest.raises(MetaQueryError, match="ls_table_version"):
+        chain.sql("SELECT * FROM ls_table_version")
+
+
+def test_concurrent_queries_see_only_their_own_tables() -> None:
+    """Each query has its own connection: two running at once, each with its own export
+    and clock, both inside DuckDB at the same time, answer from their own data."""
+    both_exported = threading.Barrier(2, timeout=30)
+
+    def run(job: str, now_us: int) -> list[dict[str, object]]:
+        def export(names: Collection[str], where: object) -> dict[str, pa.Table]:
+            both_exported.wait()  # the other query has registered nothing yet or is running
+            table = pa.table({"job_id": [job], "table_name": [f"{job}_in"], "position": [0]})
+            return {"ls_job_source": table}
+
+        query = "SELECT job_id, table_name, lockstep_now_us() AS now FROM __META_JOB_SOURCE"
+        return run_meta_query(query, export, now_us=now_us).to_pylist()
+
+    with ThreadPoolExecutor(2) as pool:
+        first, second = pool.submit(run, "a", 1), pool.submit(run, "b", 2)
+        assert first.result() == [{"job_id": "a", "table_name": "a_in", "now": 1}]
+        assert second.result() == [{"job_id": "b", "table_name": "b_in", "now": 2}]
