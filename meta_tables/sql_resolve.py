@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from lockstep.barrier.model import VersionState
 from lockstep.errors import NoConsistentBarrierError, UnknownTableError
 from lockstep.meta_tables.schema import TableRow, TableVersionRow
-from lockstep.meta_tables.sql_rows import to_version
+from lockstep.meta_tables.sql_rows import to_version, versions_at
 from lockstep.readers.model import ConsistencyLevel, SnapshotSet
 
 TV = TableVersionRow
@@ -84,20 +84,19 @@ def newest_common_barrier(
     return session.scalar(query)
 
 
-def oldest_common_barrier(session: Session, tables: Sequence[str], *, after: int) -> int | None:
-    """The oldest barrier > ``after`` that every table has WRITTEN (intermediate jobs)."""
-    firsts = []
-    for table in tables:
-        first = session.scalar(
-            select(func.min(TV.barrier_id)).where(
-                TV.table_name == table, TV.state == WRITTEN, TV.barrier_id > after
-            )
-        )
-        if first is None:
-            return None
-        firsts.append(first)
-    candidate = max(firsts)
-    if len(_versions_at(session, tables, candidate, written_only=True)) == len(tables):
+def oldest_common_barrier(
+    session: Session, tables: Sequence[str], *, candidate: int, known_common: int | None = None
+) -> int | None:
+    """The oldest barrier >= ``candidate`` that every table has WRITTEN (intermediate jobs).
+
+    ``candidate`` is a lower bound: the newest of the tables' oldest WRITTEN barriers after
+    the job's progress, which the caller looked up (one index seek per table). Usually it is
+    common to all tables (one more lookup); ``known_common``, a barrier the caller knows
+    every table has WRITTEN, saves that lookup when it is the candidate.
+    """
+    if candidate == known_common:
+        return candidate
+    if len(written_at(session, tables, candidate)) == len(tables):
         return candidate
     return session.scalar(
         select(TV.barrier_id)
@@ -109,10 +108,10 @@ def oldest_common_barrier(session: Session, tables: Sequence[str], *, after: int
     )
 
 
-def unavailable_sources(session: Session, sources: Sequence[str], barrier_id: int) -> list[str]:
-    """Sources that have not WRITTEN ``barrier_id``."""
-    have = _versions_at(session, sources, barrier_id, written_only=True)
-    return [s for s in sources if s not in have]
+def written_at(session: Session, tables: Sequence[str], barrier_id: int) -> list[str]:
+    """Those of ``tables`` that have ``barrier_id`` WRITTEN (one prebuilt statement)."""
+    versions = versions_at(session, tables, barrier_id)
+    return [t for t, v in versions.items() if v.state is VersionState.WRITTEN]
 
 
 def resolve_snapshot_set(

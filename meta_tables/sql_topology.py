@@ -21,7 +21,7 @@ from lockstep.meta_tables.schema import (
     PendingCommitRow,
     TableRow,
 )
-from lockstep.meta_tables.sql_rows import job_spec, load_topology, lock_job
+from lockstep.meta_tables.sql_rows import load_topology, lock_job, spec_of
 from lockstep.meta_tables.store import TableStatus
 from lockstep.topology.model import JobSpec, TableType
 
@@ -72,7 +72,7 @@ def register_job(s: Session, spec: JobSpec, now: datetime) -> JobSpec:
 
 def unregister_job(s: Session, job_id: str, *, force: bool, now: datetime) -> None:
     lock_topology(s)
-    lock_job(s, job_id)
+    job = lock_job(s, job_id)
     pending = sorted(
         set(
             s.scalars(
@@ -83,7 +83,7 @@ def unregister_job(s: Session, job_id: str, *, force: bool, now: datetime) -> No
             )
         )
     )
-    spec = job_spec(s, job_id)
+    spec = spec_of(s, job)
     if not force:
         topo = load_topology(s)
         dependents = sorted({r for t in spec.sinks for r in topo.readers_of(t)})
