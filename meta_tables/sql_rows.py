@@ -46,6 +46,7 @@ _SOURCES = select(
 _SINKS = select(
     JobSinkRow.job_id, literal(_SINK).label("kind"), JobSinkRow.table_name, JobSinkRow.position
 )
+_ALL_JOB_TABLES = union_all(_SOURCES, _SINKS)
 _JOB_TABLES = union_all(
     _SOURCES.where(JobSourceRow.job_id == bindparam("job_id")),
     _SINKS.where(JobSinkRow.job_id == bindparam("job_id")),
@@ -81,7 +82,11 @@ def to_version(row: TableVersionRow) -> TableVersion:
 
 
 def load_topology(s: Session) -> Topology:
-    return Topology(spec_of(s, job) for job in s.scalars(select(JobRow)))
+    """Every registered job, in two statements (the jobs, then all their tables)."""
+    conn = s.connection()
+    jobs = conn.execute(select(JobRow.job_id, JobRow.external_sources)).all()
+    tables = _job_tables(conn.execute(_ALL_JOB_TABLES))
+    return Topology(_spec(job_id, external, tables) for job_id, external in jobs)
 
 
 def spec_of(s: Session, job: JobRow) -> JobSpec:

@@ -38,17 +38,16 @@ def lock_topology(s: Session) -> None:
 
 def register_job(s: Session, spec: JobSpec, now: datetime) -> JobSpec:
     lock_topology(s)
-    current = load_topology(s)
+    current = load_topology(s)  # a constant number of statements, however many jobs
     if any(job.job_id == spec.job_id for job in current.jobs):
         existing = current.job(spec.job_id)
         if existing.same_definition(spec):
             return existing
         raise JobExistsError(spec.job_id)
     current.with_job(spec)  # raises CycleError / ConcurrentWriterError
-    known = set(s.scalars(select(TableRow.table_name)))
-    for table in dict.fromkeys((*spec.sources, *spec.sinks)):
-        if table not in known:
-            s.add(TableRow(table_name=table, created_at=now))
+    tables = list(dict.fromkeys((*spec.sources, *spec.sinks)))
+    known = set(s.scalars(select(TableRow.table_name).where(TableRow.table_name.in_(tables))))
+    s.add_all(TableRow(table_name=t, created_at=now) for t in tables if t not in known)
     s.add(
         JobRow(
             job_id=spec.job_id,
