@@ -40,12 +40,24 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 RETRIES = 4
 BACKOFF_S = 0.2
+DEFAULT_TIMEOUT_S = 30.0
+# A meta query runs on the service for as long as its export takes (every row of the meta
+# tables it reads, unbounded), then up to the service's ``sql_timeout_s`` (10 s by default)
+# in DuckDB: minutes on a large store. Waiting less would time it out and retry it, i.e.
+# run it again on the service.
+DEFAULT_QUERY_TIMEOUT_S = 300.0
 
 
 class RemoteMetadataStore(MetadataStore):
     """A coordinator service reached over HTTP.
 
-    >>> store = RemoteMetadataStore("http://127.0.0.1:9")  # doctest: +SKIP
+    ``timeout_s`` (seconds) bounds every call of the job protocol, resolution, leases and
+    operations: short, so that a lost replica is noticed and the call retried on the next.
+    ``query_timeout_s`` is how long the meta-table calls (``query_meta``, ``export_tables``)
+    wait for their answer: they read whole meta tables on the service, minutes on a large
+    store, and a call that times out is retried, i.e. run again on the service.
+
+    >>> store = RemoteMetadataStore("http://127.0.0.1:9", query_timeout_s=600)  # doctest: +SKIP
     """
 
     def __init__(
@@ -53,7 +65,8 @@ class RemoteMetadataStore(MetadataStore):
         url: str,
         *,
         token: str | None = None,
-        timeout_s: float = 30.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S,
         client: httpx.Client | None = None,
     ) -> None:
         # "http://a:1,http://b:2": replicas of one service; a call that cannot reach one
@@ -61,6 +74,11 @@ class RemoteMetadataStore(MetadataStore):
         self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
         self._current = 0
         self._client = client or httpx.Client(timeout=timeout_s)
+        # Only the wait for the answer is longer: a replica that is down is still noticed
+        # soon. Given as the request's "timeout" extension (what httpx's timeout argument
+        # sets), which a client passed in, such as a test client, takes as it is.
+        timeout = httpx.Timeout(timeout_s, read=query_timeout_s)
+        self._query_extensions = {"timeout": timeout.as_dict()}
         if token:
             self._client.headers["Authorization"] = f"Bearer {token}"
 
@@ -338,13 +356,16 @@ class RemoteMetadataStore(MetadataStore):
         self, names: Collection[str], where: Sequence[Restriction] = ()
     ) -> dict[str, pa.Table]:
         # whole tables: SQL runs on the service (query_meta), which pushes filters down there
+        slow = self._query_extensions
         return {
-            name: _arrow(self._call("GET", f"/v1/export/{name}", idempotent=True)) for name in names
+            name: _arrow(self._call("GET", f"/v1/export/{name}", idempotent=True, extensions=slow))
+            for name in names
         }
 
     def query_meta(self, query: str, *, max_rows: int | None = None) -> pa.Table:
         body = {"query": query, "max_rows": max_rows}
-        return _arrow(self._call("POST", "/v1/sql", idempotent=True, json=body))
+        slow = self._query_extensions
+        return _arrow(self._call("POST", "/v1/sql", idempotent=True, json=body, extensions=slow))
 
     def now(self) -> datetime:
         data = self._call("GET", "/v1/now", idempotent=True).json()
