@@ -56,7 +56,6 @@ class Plan:
 
 FULL = Plan(Shape(tables=1_000, jobs=500, barriers=100_000), 500, 300, 3, 2_000)
 QUICK = Plan(Shape(tables=40, jobs=20, barriers=300, recent_barriers=50), 20, 20, 2, 100)
-SQL_TIMEOUT_S = 900.0  # a delay query over the whole history runs for minutes, not 30 s
 
 
 def floors(engine: Engine, synthetic: Synthetic, backend: str, n: int) -> dict[str, Figure]:
@@ -121,7 +120,7 @@ def run_sqlite_and_service(
                 floor = floors(engine, synthetic, "service", plan.floor_calls)
                 http = http_round_trip(service_url, plan.floor_calls)
                 figures.append(figure("floor: HTTP GET /healthz", "service", http))
-                remote = RemoteMetadataStore(service_url, token=token, timeout_s=SQL_TIMEOUT_S)
+                remote = RemoteMetadataStore(service_url, token=token)  # default timeouts
                 try:
                     figures += measure(remote, synthetic, "service", plan, floor)
                 finally:
