@@ -16,6 +16,7 @@ A second table format (Delta, Paimon) would be a sibling of this module.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -127,11 +128,19 @@ class IcebergTables:
             f"TBLPROPERTIES ({properties})"
         )
 
+    def load_table(self, spark: SparkSession, table: str) -> Any:
+        """The table's Iceberg (Java) ``Table`` as of now, through ``spark``'s catalog.
+
+        Refs, snapshot summaries and ref updates go through this object rather than SQL:
+        a query of the ``.refs`` or ``.snapshots`` metadata table plans and runs a Spark
+        job (~50-100 ms each), where this reads one metadata file (a few ms). The catalog
+        does not cache (``cache-enabled=false``), so every load sees the latest commit.
+        """
+        spark3_util = _java_class(spark, "org.apache.iceberg.spark.Spark3Util")
+        return spark3_util.loadIcebergTable(spark._jsparkSession, self.identifier(table))
+
     def ref_head(self, spark: SparkSession, table: str, ref: str) -> int | None:
-        rows = spark.sql(
-            f"SELECT snapshot_id FROM {self.identifier(table)}.refs WHERE name = '{ref}'"
-        ).collect()
-        return int(rows[0][0]) if rows else None
+        return _head(self.load_table(spark, table), ref)
 
     def reset_branch(self, spark: SparkSession, table: str, job_id: str) -> None:
         """Point the job's branch at main (drops anything staged there).
@@ -142,7 +151,11 @@ class IcebergTables:
         afresh, on a new empty snapshot, as on the table's first barrier.
         """
         identifier, branch = self.identifier(table), self.branch(job_id)
-        if self.ref_head(spark, table, "main") is None:
+        loaded = self.load_table(spark, table)
+        main = _head(loaded, "main")
+        if main is not None and _head(loaded, branch) == main:
+            return  # nothing staged: already at main (replacing it would change nothing)
+        if main is None:
             spark.sql(f"ALTER TABLE {identifier} DROP BRANCH IF EXISTS {branch}")
             spark.sql(f"ALTER TABLE {identifier} CREATE BRANCH {branch}")
         else:
@@ -172,30 +185,41 @@ class IcebergTables:
             spark.sql(f"ALTER TABLE {identifier} DROP BRANCH IF EXISTS {via}")
 
     def _fast_forward_main(self, spark: SparkSession, table: str, branch: str) -> int:
-        # fast_forward keeps the snapshot (id and tags), is a no-op when main is already
-        # there, and refuses if main is not an ancestor (nothing on main is ever dropped)
-        row = spark.sql(
-            f"CALL {self.catalog}.system.fast_forward('{self.procedure_name(table)}', 'main', "
-            f"'{branch}')"
-        ).collect()[0]
-        return int(row["updated_ref"])
+        # what CALL system.fast_forward(table, 'main', branch) does, without a SQL round
+        # trip: keeps the snapshot (id and tags), a no-op when main is already there,
+        # refuses if main is not an ancestor (nothing on main is ever dropped), creates
+        # main on the table's first publish. (Unlike the procedure, it does not re-cache
+        # DataFrames cached from the table: Lockstep reads by snapshot id.)
+        loaded = self.load_table(spark, table)
+        loaded.manageSnapshots().fastForwardBranch("main", branch).commit()
+        head = _head(loaded, "main")
+        if head is None:
+            raise IcebergError(f"fast-forward of {table!r} to {branch!r} left main missing")
+        return head
 
     def summary(self, spark: SparkSession, table: str, snapshot_id: int) -> dict[str, str]:
-        rows = spark.sql(
-            f"SELECT summary FROM {self.identifier(table)}.snapshots "
-            f"WHERE snapshot_id = {int(snapshot_id)}"
-        ).collect()
-        if not rows:
+        snapshot = self.load_table(spark, table).snapshot(int(snapshot_id))
+        if snapshot is None:
             raise IcebergError(f"table {table!r} has no snapshot {snapshot_id}")
-        return dict(rows[0][0])
+        # one JSON string instead of a py4j round trip per summary entry; the parser
+        # writes the operation into the summary object, Snapshot.summary() has it apart
+        parser = _java_class(spark, "org.apache.iceberg.SnapshotParser")
+        summary = json.loads(parser.toJson(snapshot))["summary"]
+        summary.pop("operation", None)
+        return {str(k): str(v) for k, v in summary.items()}
 
     def main_barrier(self, spark: SparkSession, table: str) -> int | None:
         """The barrier tag of main's head (None if main is missing or untagged)."""
-        head = self.ref_head(spark, table, "main")
-        if head is None:
-            return None
-        tag = self.summary(spark, table, head).get(BARRIER_PROPERTY)
-        return int(tag) if tag is not None else None
+        return _barrier_tag(self.load_table(spark, table), "main")
+
+    def publish_state(self, spark: SparkSession, table: str, job_id: str) -> PublishState:
+        """Main's head and barrier tag and the job's staged head, from one table load."""
+        loaded = self.load_table(spark, table)
+        return PublishState(
+            main=_head(loaded, "main"),
+            main_barrier=_barrier_tag(loaded, "main"),
+            staged=_head(loaded, self.branch(job_id)),
+        )
 
     # -- Spark: reads --------------------------------------------------------------------------
 
@@ -266,6 +290,29 @@ class IcebergTables:
         return static.scan(**scan_args).to_arrow()
 
 
+@dataclass(frozen=True)
+class PublishState:
+    """What publishing a barrier needs to know of a table (snapshot ids; None: no ref)."""
+
+    main: int | None
+    main_barrier: int | None  # the barrier tag of main's head
+    staged: int | None  # the head of the job's staging branch
+
+
+def _head(loaded: Any, ref: str) -> int | None:
+    """The snapshot id a ref of a loaded (Java) table points at, None if no such ref."""
+    snapshot = loaded.snapshot(ref)
+    return int(snapshot.snapshotId()) if snapshot is not None else None
+
+
+def _barrier_tag(loaded: Any, ref: str) -> int | None:
+    snapshot = loaded.snapshot(ref)
+    if snapshot is None:
+        return None
+    tag = snapshot.summary().get(BARRIER_PROPERTY)
+    return int(tag) if tag is not None else None
+
+
 @contextmanager
 def commit_properties(spark: SparkSession, properties: Mapping[str, str]) -> Iterator[None]:
     """Tag every Iceberg commit this thread makes inside the block.
@@ -274,17 +321,25 @@ def commit_properties(spark: SparkSession, properties: Mapping[str, str]) -> Ite
     its documented ``withCommitProperties``, directly on the JVM thread PySpark pins to the
     calling Python thread, so SQL MERGE/UPDATE/DELETE are tagged as well as DataFrame writes.
     """
-    jvm: Any = spark._jvm
-    field = jvm.org.apache.iceberg.spark.CommitMetadata._java_lang_class.getDeclaredField(
-        "COMMIT_PROPERTIES"
-    )
+    commit_metadata = _java_class(spark, "org.apache.iceberg.spark.CommitMetadata")
+    field = commit_metadata._java_lang_class.getDeclaredField("COMMIT_PROPERTIES")
     field.setAccessible(True)
     thread_local = field.get(None)
-    values = jvm.java.util.HashMap()
+    values = _java_class(spark, "java.util.HashMap")()
     for key, value in properties.items():
         values.put(key, str(value))
     thread_local.set(values)
     try:
         yield
     finally:
-        thread_local.set(jvm.java.util.Collections.emptyMap())
+        thread_local.set(_java_class(spark, "java.util.Collections").emptyMap())
+
+
+def _java_class(spark: SparkSession, name: str) -> Any:
+    """A Java class of the session's JVM by its full name. ``spark._jvm.org.apache…``
+    costs a py4j round trip per dotted part (each is looked up); this costs none until a
+    method is called."""
+    from py4j.java_gateway import JavaClass  # type: ignore[import-untyped]
+
+    jvm: Any = spark._jvm
+    return JavaClass(name, jvm._gateway_client)

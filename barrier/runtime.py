@@ -293,14 +293,13 @@ class JobRunner:
     def _publish(self, table: str, barrier_id: int, snapshot_id: int | None) -> int | None:
         """Make ``snapshot_id`` main's head unless main already holds the barrier (published
         before a crash: never publish twice); returns main's head."""
-        main = self.tables.ref_head(self.spark, table, "main")
+        state = self.tables.publish_state(self.spark, table, self.job.job_id)
+        main = state.main
         if snapshot_id is None or main == snapshot_id:
             return main
-        if main is not None:
-            tag = self.tables.summary(self.spark, table, main).get(BARRIER_PROPERTY)
-            if tag is not None and int(tag) >= barrier_id:
-                return main
-        if self.tables.staged_head(self.spark, table, self.job.job_id) == snapshot_id:
+        if state.main_barrier is not None and state.main_barrier >= barrier_id:
+            return main
+        if state.staged == snapshot_id:
             return self.tables.publish(self.spark, table, self.job.job_id)
         # The branch moved since the barrier was pre-committed (a newer instance may be
         # staging its next barrier there): publish exactly the recorded snapshot, never
