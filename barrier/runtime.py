@@ -183,7 +183,8 @@ class JobRunner:
 
         Stops after ``max_barriers``, when ``stop`` is set (checked between barriers and
         while waiting for the next one), or, with ``until_idle``, as soon as no barrier is
-        available to the job.
+        available to the job. While waiting, it asks every ``poll_s``, and at once when a job
+        of this process reports WRITTEN (which may have made its next barrier available).
         """
         if self._session is None:
             self.start()
@@ -196,9 +197,15 @@ class JobRunner:
         done = 0
         stop = stop or threading.Event()
         while max_barriers is None or done < max_barriers:
+            seen = self.session.reports_seen()
             barrier = self.session.next_barrier()
             if barrier is None:
-                if until_idle or stop.wait(poll_s):
+                if until_idle:
+                    break
+                # a poll interval, cut short by a WRITTEN report in this process (which
+                # may have made a barrier available to this job) or by ``stop``
+                self.session.wait_for_reports(seen, poll_s, stop)
+                if stop.is_set():
                     break
                 continue
             try:

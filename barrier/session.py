@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -10,9 +11,45 @@ from lockstep.barrier.model import Barrier, JobInstance, RecoveryPlan, TableVers
 from lockstep.errors import LockstepError
 from lockstep.meta_tables.store import MetadataStore
 
+STOP_CHECK_S = 0.05  # how soon a waiting job notices its stop event
+
 
 class BarrierWaitTimeout(LockstepError):
     """No barrier became available to the job in time."""
+
+
+class _WrittenReports:
+    """Counts the WRITTEN reports made by the jobs of this process, so that a job waiting
+    for its next barrier re-checks right after an upstream job in the same process reports
+    one, instead of sleeping out its poll interval. Jobs in other processes (and barriers
+    issued by the coordinator) are still noticed by polling."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._count = 0
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def notify(self) -> None:
+        with self._changed:
+            self._count += 1
+            self._changed.notify_all()
+
+    def wait(self, seen: int, timeout_s: float, stop: threading.Event | None = None) -> None:
+        """Until a report newer than ``seen`` (a past :attr:`count`), ``stop``, or the
+        timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while self._count == seen and not (stop is not None and stop.is_set()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._changed.wait(min(remaining, STOP_CHECK_S) if stop else remaining)
+
+
+_written_reports = _WrittenReports()
 
 
 class JobSession:
@@ -52,6 +89,7 @@ class JobSession:
         """Poll :meth:`next_barrier` until a barrier is available (or ``timeout_s`` passes)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
+            seen = self.reports_seen()
             barrier = self.next_barrier()
             if barrier is not None:
                 return barrier
@@ -60,7 +98,19 @@ class JobSession:
                     f"job {self.job_id!r}: no barrier available after {timeout_s}s; is the "
                     "coordinator issuing barriers, and have the sources written them?"
                 )
-            time.sleep(poll_s)
+            self.wait_for_reports(seen, poll_s)
+
+    @staticmethod
+    def reports_seen() -> int:
+        """How many WRITTEN reports jobs of this process have made so far; take it before
+        :meth:`next_barrier` and pass it to :meth:`wait_for_reports`."""
+        return _written_reports.count
+
+    @staticmethod
+    def wait_for_reports(seen: int, timeout_s: float, stop: threading.Event | None = None) -> None:
+        """Sleep up to ``timeout_s`` (the poll interval), but wake as soon as a job of this
+        process reports WRITTEN after ``seen`` was taken, or ``stop`` is set."""
+        _written_reports.wait(seen, timeout_s, stop)
 
     def ensure_current(self) -> None:
         """Raise FencedError if a newer instance of the job has attached since this one.
@@ -79,7 +129,9 @@ class JobSession:
         self, barrier_id: int, snapshots: Mapping[str, int | None] | None = None
     ) -> list[TableVersion]:
         """Commit: the staged snapshots are published on main (``snapshots`` if they changed)."""
-        return self._store.report_written(self.job_id, self.token, barrier_id, snapshots)
+        versions = self._store.report_written(self.job_id, self.token, barrier_id, snapshots)
+        _written_reports.notify()  # wake this process's jobs waiting on the new versions
+        return versions
 
     def report_aborted(self, barrier_id: int) -> None:
         """Roll back a PROCESSED barrier (its staged snapshots will not be published)."""
