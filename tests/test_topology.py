@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -49,6 +53,45 @@ def test_lineage_depths() -> None:
     assert topo.downstream_jobs("enriched") == ["daily", "top", "report"] or topo.downstream_jobs(
         "enriched"
     ) == ["top", "daily", "report"]
+
+
+_CLOSURE_CHECK = """
+from lockstep.topology.graph import Topology
+from lockstep.topology.model import JobSpec
+topo = Topology([
+    JobSpec("orders", sinks=("orders",)),
+    JobSpec("users", sinks=("users",)),
+    JobSpec("enrich", sources=("orders", "users"), sinks=("enriched", "audit")),
+    JobSpec("daily", sources=("enriched",), sinks=("daily",)),
+    JobSpec("top", sources=("enriched",), sinks=("top",)),
+    JobSpec("report", sources=("daily", "top"), sinks=("report",)),
+    *(JobSpec(f"other{i}", sinks=(f"other{i}",)) for i in range(5)),
+])
+print(",".join(topo.revision_closure("audit")))
+"""
+
+
+@pytest.mark.parametrize("hash_seed", range(6))
+def test_revision_closure_puts_the_writer_before_its_readers(
+    hash_seed: int, tmp_path: Path
+) -> None:
+    # the order of sets of names changes with the hash seed (and networkx walks a small
+    # subgraph in the order of its node set); the closure's order must not
+    out = (
+        subprocess.run(
+            [sys.executable, "-c", _CLOSURE_CHECK],
+            cwd=tmp_path,  # not the repository root, whose folders would shadow the package
+            env={**os.environ, "PYTHONHASHSEED": str(hash_seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .split(",")
+    )
+    assert out[0] == "enrich"
+    assert out[-1] == "report"
+    assert sorted(out[1:3]) == ["daily", "top"]
 
 
 def test_cycle_through_several_jobs_names_the_path() -> None:

@@ -156,7 +156,8 @@ class Topology:
             )
         reach = {_job(writer)}
         for sink in self.job(writer).sinks:
-            reach |= nx.descendants(self._graph, _table(sink))
+            # the sink itself too: it is the edge that orders the writer before its readers
+            reach |= {_table(sink)} | nx.descendants(self._graph, _table(sink))
         order = nx.topological_sort(self._graph.subgraph(reach))
         return [node[1] for node in order if node[0] == "job"]
 
