@@ -16,10 +16,12 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Integer,
     Select,
     SQLColumnExpression,
     and_,
     bindparam,
+    case,
     delete,
     func,
     insert,
@@ -98,8 +100,13 @@ _LAST_WRITTEN = (
 
 
 def _after_progress(barrier_id: SQLColumnExpression[int]) -> ColumnElement[bool]:
-    """``barrier_id`` is after the job's last written barrier and after its registration."""
-    return and_(barrier_id > bindparam("start_after"), barrier_id > func.coalesce(_LAST_WRITTEN, 0))
+    """``barrier_id`` is after the job's last written barrier and after its registration.
+
+    One lower bound, the greater of the two, so that the index seek starts there: given two
+    bounds (``> :start_after AND > last_written``) SQLite seeks by one, the registration,
+    and filters by the other, reading the job's whole history on every call."""
+    last, start = func.coalesce(_LAST_WRITTEN, 0), bindparam("start_after", type_=Integer)
+    return barrier_id > case((last > start, last), else_=start)
 
 
 _ROOT_NEXT = select(func.min(BarrierRow.barrier_id)).where(_after_progress(BarrierRow.barrier_id))
