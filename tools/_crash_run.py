@@ -370,7 +370,15 @@ class CrashRun:
         while any(j.poll() != 0 for j in self.jobs):
             if time.monotonic() > deadline:
                 written = {t.table: t.latest_written for t in self.ls.tables()}
-                self.result.errors.append(f"the jobs did not finish barrier {final}: {written}")
+                stuck = "".join(
+                    f"\n--- {j.name} (still running), its last lines:\n"
+                    + "\n".join(j.last_output().strip().splitlines()[-15:])
+                    for j in self.jobs
+                    if j.poll() is None
+                )
+                self.result.errors.append(
+                    f"the jobs did not finish barrier {final}: {written}{stuck}"
+                )
                 return final
             self.tend(faults=False)
             time.sleep(POLL_S)
