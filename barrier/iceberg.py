@@ -135,9 +135,16 @@ class IcebergTables:
         a query of the ``.refs`` or ``.snapshots`` metadata table plans and runs a Spark
         job (~50-100 ms each), where this reads one metadata file (a few ms). The catalog
         does not cache (``cache-enabled=false``), so every load sees the latest commit.
+
+        ``spark`` is made the active session of the calling thread first: Spark finds a
+        catalog's settings in the *active* session's conf, and a thread that has not run
+        SQL on ``spark`` yet (a job recovering before its first barrier) has none, so the
+        catalog would not be found.
         """
+        jsession = spark._jsparkSession
+        _java_class(spark, "org.apache.spark.sql.SparkSession").setActiveSession(jsession)
         spark3_util = _java_class(spark, "org.apache.iceberg.spark.Spark3Util")
-        return spark3_util.loadIcebergTable(spark._jsparkSession, self.identifier(table))
+        return spark3_util.loadIcebergTable(jsession, self.identifier(table))
 
     def ref_head(self, spark: SparkSession, table: str, ref: str) -> int | None:
         return _head(self.load_table(spark, table), ref)

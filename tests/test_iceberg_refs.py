@@ -3,6 +3,7 @@ Spark's metadata tables say, and a reset of a branch already at main commits not
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 import pytest
@@ -64,3 +65,31 @@ def test_refs_summaries_and_publish_match_the_metadata_tables(
         tables.publish(spark, "events", "load")  # never drops what main holds
     tables.reset_branch(spark, "events", "load")  # staged work is dropped: back to main
     assert tables.staged_head(spark, "events", "load") == tables.ref_head(spark, "events", "main")
+
+
+def test_a_new_thread_loads_tables_before_running_any_sql(
+    spark_ls: Lockstep, spark_base: SparkSession
+) -> None:
+    # a job recovering at start publishes before its session has run any SQL, on its own
+    # thread: Spark finds catalogs in the thread's active session, which it has none of yet
+    tables = spark_ls.iceberg
+    tables.register_catalog(spark_base)
+    tables.create(spark_base, "recovered", "kind string")
+    heads: dict[str, int | None] = {}
+    errors: list[BaseException] = []
+
+    def recover(name: str) -> None:
+        spark = spark_base.newSession()
+        tables.register_catalog(spark)
+        try:
+            heads[name] = tables.publish_state(spark, "recovered", name).main
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=recover, args=(f"job{i}",)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert heads == {"job0": None, "job1": None, "job2": None}
