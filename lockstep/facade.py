@@ -240,21 +240,48 @@ def connect(
     *,
     token: str | None = None,
     warehouse: str | os.PathLike[str] | None = None,
+    timeout_s: float | None = None,
+    query_timeout_s: float | None = None,
 ) -> Lockstep:
     """Connect to a coordinator.
 
     ``target``: None (``$LOCKSTEP_HOME`` or ``./.lockstep``), a home directory (metadata
     file + Iceberg warehouse), a store URL (``sqlite:///…``, ``postgresql://…``), or a
     coordinator service (``http://host:port``, with its bearer ``token``). ``warehouse``
-    names the Iceberg warehouse when the target is a URL.
+    names the Iceberg warehouse when the target is a URL. ``timeout_s`` and
+    ``query_timeout_s`` are the service client's timeouts (see ``RemoteMetadataStore``;
+    default 30 s and 300 s), for a service only.
     """
     config = LockstepConfig.from_target(target)
     if warehouse is not None:
         config = config.model_copy(update={"warehouse": Path(warehouse)})
+    timeouts = {
+        name: value
+        for name, value in (("timeout_s", timeout_s), ("query_timeout_s", query_timeout_s))
+        if value is not None
+    }
     if config.is_remote:
-        from lockstep.remote import RemoteMetadataStore
+        from lockstep.remote import (
+            DEFAULT_QUERY_TIMEOUT_S,
+            DEFAULT_TIMEOUT_S,
+            RemoteMetadataStore,
+        )
 
-        return Lockstep(RemoteMetadataStore(config.store_url, token=token), config)
+        for name, value in timeouts.items():
+            if value <= 0:
+                raise ConfigurationError(f"{name} must be positive, got {value}")
+        store = RemoteMetadataStore(
+            config.store_url,
+            token=token,
+            timeout_s=timeouts.get("timeout_s", DEFAULT_TIMEOUT_S),
+            query_timeout_s=timeouts.get("query_timeout_s", DEFAULT_QUERY_TIMEOUT_S),
+        )
+        return Lockstep(store, config)
+    if timeouts:
+        raise ConfigurationError(
+            f"{', '.join(timeouts)} apply to a coordinator service (http://…), not to "
+            f"{config.store_url}: an embedded store has no client timeouts"
+        )
     from lockstep.meta_tables.sql_store import SqlMetadataStore
 
     config.prepare()

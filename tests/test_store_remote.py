@@ -4,6 +4,7 @@ error mapping on a real uvicorn server."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,6 +14,7 @@ from store_contract import StoreContract
 
 import lockstep
 from lockstep.errors import (
+    ConfigurationError,
     CycleError,
     FencedError,
     NoConsistentBarrierError,
@@ -111,6 +113,18 @@ def test_bad_requests_get_4xx_not_5xx(served: tuple[str, dict[str, str]]) -> Non
     for method, path, body in cases:
         response = httpx.request(method, f"{url}{path}", json=body, headers=headers)
         assert 400 <= response.status_code < 500, (method, path, response.status_code)
+
+
+def test_connect_passes_the_service_client_timeouts(tmp_path: Path) -> None:
+    ls = lockstep.connect(f"http://127.0.0.1:{free_port()}", timeout_s=2.5, query_timeout_s=45)
+    store = ls.store
+    assert isinstance(store, RemoteMetadataStore)
+    assert store._client.timeout.read == 2.5
+    assert store._query_extensions["timeout"]["read"] == 45
+    with pytest.raises(ConfigurationError, match="must be positive"):
+        lockstep.connect("http://127.0.0.1:1", timeout_s=0)
+    with pytest.raises(ConfigurationError, match="apply to a coordinator service"):
+        lockstep.connect(tmp_path / "home", query_timeout_s=10)
 
 
 def test_unreachable_service_is_a_clear_error() -> None:
