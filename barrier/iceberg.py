@@ -217,14 +217,15 @@ class IcebergTables:
 
     def main_barrier(self, spark: SparkSession, table: str) -> int | None:
         """The barrier tag of main's head (None if main is missing or untagged)."""
-        return _barrier_tag(self.load_table(spark, table), "main")
+        return _barrier_tag(self.load_table(spark, table).snapshot("main"))
 
     def publish_state(self, spark: SparkSession, table: str, job_id: str) -> PublishState:
         """Main's head and barrier tag and the job's staged head, from one table load."""
         loaded = self.load_table(spark, table)
+        main = loaded.snapshot("main")
         return PublishState(
-            main=_head(loaded, "main"),
-            main_barrier=_barrier_tag(loaded, "main"),
+            main=int(main.snapshotId()) if main is not None else None,
+            main_barrier=_barrier_tag(main),
             staged=_head(loaded, self.branch(job_id)),
         )
 
@@ -312,8 +313,8 @@ def _head(loaded: Any, ref: str) -> int | None:
     return int(snapshot.snapshotId()) if snapshot is not None else None
 
 
-def _barrier_tag(loaded: Any, ref: str) -> int | None:
-    snapshot = loaded.snapshot(ref)
+def _barrier_tag(snapshot: Any) -> int | None:
+    """The barrier tag of a (Java) snapshot, None if no snapshot or untagged."""
     if snapshot is None:
         return None
     tag = snapshot.summary().get(BARRIER_PROPERTY)

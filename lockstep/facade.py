@@ -255,11 +255,6 @@ def connect(
     config = LockstepConfig.from_target(target)
     if warehouse is not None:
         config = config.model_copy(update={"warehouse": Path(warehouse)})
-    timeouts = {
-        name: value
-        for name, value in (("timeout_s", timeout_s), ("query_timeout_s", query_timeout_s))
-        if value is not None
-    }
     if config.is_remote:
         from lockstep.remote import (
             DEFAULT_QUERY_TIMEOUT_S,
@@ -267,19 +262,18 @@ def connect(
             RemoteMetadataStore,
         )
 
-        for name, value in timeouts.items():
-            if value <= 0:
-                raise ConfigurationError(f"{name} must be positive, got {value}")
         store = RemoteMetadataStore(
             config.store_url,
             token=token,
-            timeout_s=timeouts.get("timeout_s", DEFAULT_TIMEOUT_S),
-            query_timeout_s=timeouts.get("query_timeout_s", DEFAULT_QUERY_TIMEOUT_S),
+            timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s,
+            query_timeout_s=DEFAULT_QUERY_TIMEOUT_S if query_timeout_s is None else query_timeout_s,
         )
         return Lockstep(store, config)
-    if timeouts:
+    timeouts = {"timeout_s": timeout_s, "query_timeout_s": query_timeout_s}
+    given = [name for name, value in timeouts.items() if value is not None]
+    if given:
         raise ConfigurationError(
-            f"{', '.join(timeouts)} apply to a coordinator service (http://…), not to "
+            f"{', '.join(given)} apply to a coordinator service (http://…), not to "
             f"{config.store_url}: an embedded store has no client timeouts"
         )
     from lockstep.meta_tables.sql_store import SqlMetadataStore

@@ -27,7 +27,7 @@ from lockstep.barrier.model import (
     TableRetention,
     TableVersion,
 )
-from lockstep.errors import StoreError
+from lockstep.errors import ConfigurationError, StoreError
 from lockstep.meta_tables.store import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
 from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
 from lockstep.service import wire
@@ -69,6 +69,9 @@ class RemoteMetadataStore(MetadataStore):
         query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S,
         client: httpx.Client | None = None,
     ) -> None:
+        for name, value in (("timeout_s", timeout_s), ("query_timeout_s", query_timeout_s)):
+            if value <= 0:
+                raise ConfigurationError(f"{name} must be positive, got {value}")
         # "http://a:1,http://b:2": replicas of one service; a call that cannot reach one
         # moves on to the next.
         self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
