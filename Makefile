@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PKG_DIRS := lockstep topology barrier readers meta_tables examples lockstep/service
+PKG_DIRS := $(shell find lockstep topology barrier readers meta_tables examples -type d -not -name __pycache__)
 
 .PHONY: demo test test-fast lint typecheck format clean bench bench-coordinator bench-scaling \
 	bench-pipeline crash-check
@@ -33,7 +33,7 @@ lint: $(VENV)/.installed typecheck
 # mypy needs the lockstep.* namespace as files: build a link tree and check it.
 typecheck: $(VENV)/.installed
 	@rm -rf .typecheck && mkdir -p .typecheck/lockstep
-	@ln -s $(CURDIR)/lockstep/*.py $(CURDIR)/lockstep/py.typed $(CURDIR)/lockstep/service .typecheck/lockstep/
+	@for f in $(CURDIR)/lockstep/*; do case $$f in */__pycache__) ;; *) ln -s $$f .typecheck/lockstep/;; esac; done
 	@for d in topology barrier readers meta_tables examples; do ln -s $(CURDIR)/$$d .typecheck/lockstep/$$d; done
 	cd .typecheck && ../$(BIN)/mypy --config-file ../pyproject.toml -p lockstep
 

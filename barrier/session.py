@@ -9,7 +9,7 @@ from typing import Any
 
 from lockstep.barrier.model import Barrier, JobInstance, RecoveryPlan, TableVersion
 from lockstep.errors import LockstepError
-from lockstep.meta_tables.store import MetadataStore
+from lockstep.meta_tables.store.base import MetadataStore
 
 STOP_CHECK_S = 0.05  # how soon a waiting job notices its stop event
 

@@ -17,7 +17,7 @@ from _output import say
 from _synthetic import RowBatch, Synthetic
 from sqlalchemy import Engine
 
-from lockstep.meta_tables.sql_store import SqlMetadataStore
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
 CHUNK = 100_000
 

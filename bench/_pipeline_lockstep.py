@@ -1,6 +1,6 @@
 """The pipeline benchmark's Lockstep side: the deep example's jobs under a barrier ticker.
 
-Every job runs :class:`~lockstep.barrier.runtime.JobRunner` in a thread of this process,
+Every job runs :class:`~lockstep.barrier.runtime.runner.JobRunner` in a thread of this process,
 on its own ``SparkSession.newSession()`` of one local JVM, as ``lockstep run`` would run it;
 this module issues a barrier every interval (the coordinator's ticker) and waits until every
 table has written the last one. The delays come from the metadata (``__META_DELAY``).
@@ -14,18 +14,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockstep.barrier.runtime import JobRunner
+from lockstep.barrier.runtime.runner import JobRunner
 from lockstep.barrier.session import JobSession
-from lockstep.cli_format import arrow_rows
+from lockstep.cli.format import arrow_rows
 from lockstep.config import LockstepConfig
 from lockstep.errors import LockstepError
 from lockstep.facade import Lockstep
-from lockstep.meta_tables.sql_store import SqlMetadataStore
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lockstep.barrier.runtime import Job
+    from lockstep.barrier.runtime.runner import Job
 
 Progress = Callable[[str], None]
 DRAIN_TIMEOUT_S = 300.0  # the last barrier not written everywhere by then: something broke

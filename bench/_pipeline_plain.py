@@ -19,15 +19,15 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, NamedTuple, cast
 
-from lockstep.barrier.context import BarrierContext, SinkWriter
 from lockstep.barrier.model import Barrier
+from lockstep.barrier.runtime.context import BarrierContext, SinkWriter
 from lockstep.errors import LockstepError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from lockstep.barrier.iceberg import IcebergTables
-    from lockstep.barrier.runtime import Job
+    from lockstep.barrier.iceberg.tables import IcebergTables
+    from lockstep.barrier.runtime.runner import Job
 
 Progress = Callable[[str], None]
 WAIT_TIMEOUT_S = 300.0  # an upstream job that has not committed by then has failed

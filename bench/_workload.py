@@ -16,7 +16,7 @@ from _timing import Recorder
 
 from lockstep.meta_tables.pushdown import Restriction
 from lockstep.meta_tables.query import Exporter
-from lockstep.meta_tables.store import MetadataStore
+from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.readers.model import ConsistencyLevel
 
 RESOLVE_WIDTH = 10

@@ -36,9 +36,9 @@ from _timing import HEADER, Figure, Recorder, StatementCounter, figure
 from _workload import time_protocol, time_resolves, time_sql
 from sqlalchemy import Engine
 
-from lockstep.meta_tables.engine import create_store_engine
-from lockstep.meta_tables.sql_store import SqlMetadataStore
-from lockstep.meta_tables.store import MetadataStore
+from lockstep.meta_tables.store.base import MetadataStore
+from lockstep.meta_tables.store.sql.engine import create_store_engine
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.remote import RemoteMetadataStore
 
 BACKENDS = ("sqlite", "postgres", "service")

@@ -39,9 +39,9 @@ from _pipeline_machine import CpuShares, CpuWatch, machine_facts
 from _pipeline_plain import PlainChain
 from _pipeline_reads import ReadTimings, percentile, time_reads
 
-from lockstep.barrier.iceberg import IcebergTables
-from lockstep.barrier.spark_session import LOCAL_JVM_OPTIONS
-from lockstep.cli_format import format_table
+from lockstep.barrier.iceberg.tables import IcebergTables
+from lockstep.barrier.runtime.spark_session import LOCAL_JVM_OPTIONS
+from lockstep.cli.format import format_table
 from lockstep.examples import deep
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ from _synthetic import Shape, Synthetic
 from _timing import Recorder, StatementCounter, figure
 from _workload import resolve_op, time_protocol, time_resolves
 
-from lockstep.meta_tables.sql_store import SqlMetadataStore
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import ConsistencyLevel
 
 LEVEL = ConsistencyLevel.REPEATABLE_READ

@@ -33,9 +33,9 @@ from collections import defaultdict
 from functools import lru_cache
 from typing import Any
 
-from lockstep.barrier.context import BarrierContext
-from lockstep.barrier.runtime import Job
-from lockstep.barrier.sources import GeneratorSource
+from lockstep.barrier.runtime.context import BarrierContext
+from lockstep.barrier.runtime.runner import Job
+from lockstep.barrier.sources.base import GeneratorSource
 
 REGIONS = ("north", "south", "east")
 FIRST_USERS = 4

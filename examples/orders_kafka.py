@@ -31,16 +31,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from lockstep.barrier.context import BarrierContext
-from lockstep.barrier.kafka import KafkaSource, bind_root_sources
-from lockstep.barrier.kafka_client import (
+from lockstep.barrier.runtime.context import BarrierContext
+from lockstep.barrier.runtime.runner import Job
+from lockstep.barrier.sources.kafka.client import (
     ProducerRecord,
     bootstrap_servers,
     create_topic,
     produce,
 )
-from lockstep.barrier.kafka_cut import epoch_ms
-from lockstep.barrier.runtime import Job
+from lockstep.barrier.sources.kafka.cut import epoch_ms
+from lockstep.barrier.sources.kafka.source import KafkaSource, bind_root_sources
 
 TOPIC = "orders"
 PARTITIONS = 3
@@ -218,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     import lockstep
-    from lockstep.barrier.runtime import JobRunner
+    from lockstep.barrier.runtime.runner import JobRunner
 
     jobs = {j.job_id: j for j in orders_jobs(args.topic, args.bootstrap)}
     with lockstep.connect(args.home) as ls:

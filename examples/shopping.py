@@ -16,9 +16,9 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from lockstep.barrier.context import BarrierContext
-from lockstep.barrier.runtime import Job
-from lockstep.barrier.sources import GeneratorSource
+from lockstep.barrier.runtime.context import BarrierContext
+from lockstep.barrier.runtime.runner import Job
+from lockstep.barrier.sources.base import GeneratorSource
 
 USERS = 4
 ITEMS = 3

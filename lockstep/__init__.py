@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from lockstep.errors import (
@@ -39,6 +40,18 @@ if TYPE_CHECKING:
     from lockstep.readers.model import ConsistencyLevel
 
 __version__ = "0.1.0"
+
+# In the source tree, `lockstep.topology`, `lockstep.barrier`... are the sibling folders
+# `topology/`, `barrier/`... (pyproject's package-dir). Python run from the repository root
+# finds this folder as `lockstep` before the installed package: let it find the siblings too,
+# as the installed package does. Installed, the subpackages are inside the package and this
+# changes nothing.
+_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if not os.path.isdir(os.path.join(__path__[0], "barrier")) and all(
+    os.path.isfile(os.path.join(_SOURCE_ROOT, sub, "__init__.py"))
+    for sub in ("topology", "barrier", "readers", "meta_tables", "examples")
+):
+    __path__.append(_SOURCE_ROOT)
 
 __all__ = [
     "ConcurrentWriterError",

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from lockstep.cli_format import arrow_rows
+from lockstep.cli.format import arrow_rows
 from lockstep.errors import LockstepError, NoConsistentBarrierError
 from lockstep.readers.model import ConsistencyLevel
 from lockstep.walkthrough import delay_by_table
@@ -35,7 +35,7 @@ from lockstep.walkthrough import delay_by_table
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lockstep.barrier.runtime import JobRunner
+    from lockstep.barrier.runtime.runner import JobRunner
     from lockstep.facade import Lockstep
     from lockstep.readers.session import ReadSession
 
@@ -306,7 +306,7 @@ def run_demo(
     >>> summary.reads["repeatable_read"]["inconsistent"]  # doctest: +SKIP
     0
     """
-    from lockstep.barrier.runtime import JobRunner
+    from lockstep.barrier.runtime.runner import JobRunner
     from lockstep.examples import shopping
 
     if barriers < MIN_BARRIERS:

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
-from lockstep.barrier.iceberg import IcebergTables
+from lockstep.barrier.iceberg.tables import IcebergTables
 from lockstep.barrier.model import Barrier, Revision
 from lockstep.barrier.session import JobSession
 from lockstep.config import LockstepConfig
 from lockstep.errors import ConfigurationError, LockstepError
-from lockstep.meta_tables.store import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
+from lockstep.meta_tables.store.base import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
 from lockstep.readers.model import ConsistencyLevel, SnapshotSet
 from lockstep.readers.session import ReadSession
 from lockstep.topology.graph import LineageEntry, Topology
@@ -24,8 +24,8 @@ from lockstep.topology.model import JobSpec
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lockstep.barrier.expiration import TableExpiration
-    from lockstep.barrier.repair import RepairReport
+    from lockstep.barrier.operations.expire import TableExpiration
+    from lockstep.barrier.operations.repair import RepairReport
     from lockstep.meta_tables.delay import DelayReport
 
 Progress = Callable[[str], None]
@@ -142,7 +142,7 @@ class Lockstep:
     def spark(self, **settings: str) -> SparkSession:
         """A SparkSession on this home's warehouse (local by default; ``master=`` and any
         ``spark.*`` setting override)."""
-        from lockstep.barrier.spark_session import SparkConfig, create_spark_session
+        from lockstep.barrier.runtime.spark_session import SparkConfig, create_spark_session
 
         master = settings.pop("master", "local[2]")
         config = SparkConfig(
@@ -181,7 +181,7 @@ class Lockstep:
         they next start."""
         if dry_run:
             return self.store.plan_revision(table, to_barrier, full=full)
-        from lockstep.barrier.revision import revise
+        from lockstep.barrier.operations.revise import revise
 
         spark = spark or self.spark()
         self.iceberg.register_catalog(spark)
@@ -198,7 +198,7 @@ class Lockstep:
         progress: Progress | None = None,
     ) -> list[TableExpiration]:
         """Expire snapshots no lease, job or retention (last N barriers) needs."""
-        from lockstep.barrier.expiration import DEFAULT_RETAIN_BARRIERS, expire
+        from lockstep.barrier.operations.expire import DEFAULT_RETAIN_BARRIERS, expire
 
         if not dry_run:
             spark = spark or self.spark()
@@ -214,7 +214,7 @@ class Lockstep:
 
     def repair(self, *, dry_run: bool = False, progress: Progress | None = None) -> RepairReport:
         """Rebuild table versions from the tables' snapshot summaries (no Spark needed)."""
-        from lockstep.barrier.repair import repair
+        from lockstep.barrier.operations.repair import repair
 
         return repair(self.store, self.iceberg, dry_run=dry_run, progress=progress)
 
@@ -276,7 +276,7 @@ def connect(
             f"{', '.join(given)} apply to a coordinator service (http://…), not to "
             f"{config.store_url}: an embedded store has no client timeouts"
         )
-    from lockstep.meta_tables.sql_store import SqlMetadataStore
+    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
     config.prepare()
     return Lockstep(SqlMetadataStore.open(config.store_url), config)

@@ -28,7 +28,7 @@ from lockstep.barrier.model import (
     TableVersion,
 )
 from lockstep.errors import ConfigurationError, StoreError
-from lockstep.meta_tables.store import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
+from lockstep.meta_tables.store.base import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
 from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
 from lockstep.service import wire
 from lockstep.topology.graph import Topology

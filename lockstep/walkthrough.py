@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lockstep.cli_format import arrow_rows, format_table
+from lockstep.cli.format import arrow_rows, format_table
 from lockstep.errors import ConfigurationError, NoConsistentBarrierError
 from lockstep.readers.model import ConsistencyLevel
 from lockstep.topology.model import JobSpec

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from lockstep.errors import InvalidRequestError, NoWrittenBarrierError
 
 if TYPE_CHECKING:
-    from lockstep.meta_tables.store import MetadataStore, TableStatus
+    from lockstep.meta_tables.store.base import MetadataStore, TableStatus
     from lockstep.topology.graph import Topology
 
 DEFAULT_DELAY_BARRIERS = 10

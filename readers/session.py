@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    from lockstep.barrier.iceberg import IcebergTables
-    from lockstep.meta_tables.store import MetadataStore
+    from lockstep.barrier.iceberg.tables import IcebergTables
+    from lockstep.meta_tables.store.base import MetadataStore
     from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
 
 

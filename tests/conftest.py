@@ -12,7 +12,7 @@ import pytest
 
 from lockstep.config import LockstepConfig
 from lockstep.facade import Lockstep
-from lockstep.meta_tables.sql_store import SqlMetadataStore
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,7 +64,7 @@ def ls(sqlite_store: SqlMetadataStore, sqlite_url: str) -> Lockstep:
 def spark_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """One local SparkSession (one JVM) for the whole test run."""
     pytest.importorskip("pyspark")
-    from lockstep.barrier.spark_session import SparkConfig, create_spark_session
+    from lockstep.barrier.runtime.spark_session import SparkConfig, create_spark_session
 
     spark = create_spark_session(SparkConfig(warehouse=tmp_path_factory.mktemp("warehouse")))
     yield spark

@@ -21,8 +21,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from lockstep.barrier.runtime import Job
-from lockstep.barrier.sources import GeneratorSource
+from lockstep.barrier.runtime.runner import Job
+from lockstep.barrier.sources.base import GeneratorSource
 from lockstep.examples import shopping
 
 Key = tuple[str, str]
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     empty = {int(b) for b in args.empty.split(",") if b}
 
     import lockstep
-    from lockstep.barrier.runtime import JobRunner
+    from lockstep.barrier.runtime.runner import JobRunner
 
     by_id = {job.job_id: job for job in shopping_jobs(empty)}
     with lockstep.connect(args.home) as ls:

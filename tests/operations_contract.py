@@ -22,7 +22,7 @@ from lockstep.errors import (
     UnknownBarrierError,
     UnknownTableError,
 )
-from lockstep.meta_tables.store import MetadataStore
+from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.topology.model import JobSpec
 
 JOBS = [spec.job_id for spec in SHOPPING]

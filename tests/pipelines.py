@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zlib
 
-from lockstep.meta_tables.store import MetadataStore
+from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.topology.model import JobSpec
 
 SHOPPING = (

@@ -10,7 +10,7 @@ import pytest
 from conftest import FakeClock
 from ports import free_port
 
-from lockstep.meta_tables.sql_store import SqlMetadataStore
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from job_process import AGGREGATES, feed_rows, sums, truth
 
-from lockstep.barrier.iceberg import (
+from lockstep.barrier.iceberg.tables import (
     BARRIER_PROPERTY,
     INPUT_CUTS_PROPERTY,
     JOB_PROPERTY,

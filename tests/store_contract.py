@@ -29,8 +29,8 @@ from lockstep.errors import (
     UnknownJobError,
     UnknownTableError,
 )
-from lockstep.meta_tables.export import EXPORTABLE
-from lockstep.meta_tables.store import MetadataStore
+from lockstep.meta_tables.store.base import MetadataStore
+from lockstep.meta_tables.store.sql.export import EXPORTABLE
 from lockstep.readers.model import ConsistencyLevel
 from lockstep.topology.model import JobSpec, TableType
 

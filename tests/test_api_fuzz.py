@@ -15,7 +15,7 @@ from conftest import FakeClock
 from hypothesis import HealthCheck, settings
 from hypothesis.errors import Unsatisfiable
 
-from lockstep.meta_tables.sql_store import SqlMetadataStore
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.topology.model import JobSpec
 
 schemathesis = pytest.importorskip("schemathesis")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from lockstep.barrier.iceberg import IcebergTables
+from lockstep.barrier.iceberg.tables import IcebergTables
 from lockstep.examples import deep
 
 if TYPE_CHECKING:

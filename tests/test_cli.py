@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import lockstep
-from lockstep.cli import main
+from lockstep.cli.main import main
 
 
 @dataclass(frozen=True)
@@ -448,7 +448,7 @@ def test_demo_needs_two_barriers(cli: Any, capsys: pytest.CaptureFixture[str]) -
 # -- run and the coordinator loop ---------------------------------------------------------
 
 JOB_MODULE = """
-from lockstep.barrier.runtime import Job
+from lockstep.barrier.runtime.runner import Job
 
 def make_job():
     return Job("from_factory", step=lambda ctx: None, sinks=["t"], schemas={"t": "x int"})
@@ -471,7 +471,7 @@ def job_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_load_job_takes_a_job_or_a_factory(job_module: str) -> None:
-    from lockstep.cli import load_job
+    from lockstep.cli.main import load_job
 
     assert load_job(f"{job_module}:a_job").job_id == "from_factory"
     assert load_job(f"{job_module}:make_job").sinks == ["t"]

@@ -11,8 +11,8 @@ from sqlalchemy import Connection, text
 import lockstep
 from lockstep.config import LockstepConfig
 from lockstep.errors import ConfigurationError, StoreVersionError
-from lockstep.meta_tables import migrations
-from lockstep.meta_tables.engine import create_store_engine
+from lockstep.meta_tables.store.sql import migrations
+from lockstep.meta_tables.store.sql.engine import create_store_engine
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -73,8 +73,8 @@ def test_newer_store_is_refused(tmp_path: Path) -> None:
 def test_a_version_1_store_gains_the_operations_tables(tmp_path: Path) -> None:
     from sqlalchemy import insert, inspect
 
-    from lockstep.meta_tables.schema import Base, SchemaVersionRow
-    from lockstep.meta_tables.sql_store import SqlMetadataStore
+    from lockstep.meta_tables.store.sql.schema import Base, SchemaVersionRow
+    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
     url = f"sqlite:///{tmp_path / 'v1.db'}"
     engine = create_store_engine(url)

@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from conftest import FakeClock
 
-from lockstep.barrier.runtime import Job, JobRunner
+from lockstep.barrier.runtime.runner import Job, JobRunner
 from lockstep.barrier.session import JobSession
-from lockstep.barrier.sources import GeneratorSource
-from lockstep.cli import main
+from lockstep.barrier.sources.base import GeneratorSource
+from lockstep.cli.main import main
 from lockstep.errors import NoWrittenBarrierError, UnknownTableError
 from lockstep.facade import Lockstep
 from lockstep.meta_tables.delay import DelayReport, delay_report
-from lockstep.meta_tables.sql_store import SqlMetadataStore
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from lockstep.barrier.context import BarrierContext
+    from lockstep.barrier.runtime.context import BarrierContext
 
 JOBS = {  # job: (sources, sink)
     "load": ((), "raw"),

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from lockstep.cli_format import demo_summary_text, dump_json
+from lockstep.cli.format import demo_summary_text, dump_json
 from lockstep.demo import DemoSummary, LevelStats, consistent_with, run_demo, truth
 from lockstep.errors import LockstepError
 

@@ -8,7 +8,7 @@ import pytest
 
 import lockstep
 from lockstep.barrier.model import VersionState
-from lockstep.barrier.runtime import JobRunner
+from lockstep.barrier.runtime.runner import JobRunner
 from lockstep.examples import deep
 
 if TYPE_CHECKING:

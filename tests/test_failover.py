@@ -22,9 +22,9 @@ from job_process import feed_rows, shopping_jobs
 from spark_checks import check_pipeline, row_multiset, tags
 
 import lockstep
-from lockstep.barrier.iceberg import BARRIER_PROPERTY, IcebergTables
+from lockstep.barrier.iceberg.tables import BARRIER_PROPERTY, IcebergTables
 from lockstep.barrier.model import VersionState
-from lockstep.barrier.runtime import FAULT_ENV, JobRunner
+from lockstep.barrier.runtime.runner import FAULT_ENV, JobRunner
 from lockstep.errors import FencedError
 from lockstep.facade import Lockstep
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from lockstep.barrier.iceberg import BARRIER_PROPERTY, IcebergTables, commit_properties
+from lockstep.barrier.iceberg.tables import BARRIER_PROPERTY, IcebergTables, commit_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

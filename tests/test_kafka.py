@@ -27,16 +27,17 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 
-from lockstep.barrier.kafka import KafkaSource, bind_root_sources
-from lockstep.barrier.kafka_client import (
+from lockstep.barrier.model import Barrier, VersionState
+from lockstep.barrier.runtime.runner import FAULT_ENV, JobRunner
+from lockstep.barrier.sources.kafka.client import (
     ProducerRecord,
     create_topic,
     open_consumer,
     produce,
     run_sync,
 )
-from lockstep.barrier.kafka_codec import AvroFormat, JsonFormat, RecordDecoder
-from lockstep.barrier.kafka_cut import (
+from lockstep.barrier.sources.kafka.codec import AvroFormat, JsonFormat, RecordDecoder
+from lockstep.barrier.sources.kafka.cut import (
     CLOSED_BY_CAUGHT_UP,
     CLOSED_BY_LATER_RECORD,
     CutNotFinalError,
@@ -45,13 +46,12 @@ from lockstep.barrier.kafka_cut import (
     TimestampTypeError,
     epoch_ms,
 )
-from lockstep.barrier.model import Barrier, VersionState
-from lockstep.barrier.runtime import FAULT_ENV, JobRunner
+from lockstep.barrier.sources.kafka.source import KafkaSource, bind_root_sources
 from lockstep.config import LockstepConfig
 from lockstep.examples import orders_kafka
 from lockstep.examples.orders_kafka import Order
 from lockstep.facade import Lockstep
-from lockstep.meta_tables.sql_store import SqlMetadataStore
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

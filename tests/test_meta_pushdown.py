@@ -13,7 +13,7 @@ from conftest import FakeClock
 from lockstep.facade import Lockstep
 from lockstep.meta_tables.pushdown import Restriction, plan_pushdown
 from lockstep.meta_tables.query import run_meta_query
-from lockstep.meta_tables.schema import to_micros
+from lockstep.meta_tables.store.sql.schema import to_micros
 
 
 def _run(ls: Lockstep, job: str, clock: FakeClock, *, cost: float, write: bool = True) -> None:

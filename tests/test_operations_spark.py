@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from job_process import feed_rows, shopping_jobs, truth
 
-from lockstep.barrier import iceberg_maintenance as maintenance
-from lockstep.barrier.context import BarrierContext
+from lockstep.barrier.iceberg import maintenance
 from lockstep.barrier.model import RevisionState, VersionState
-from lockstep.barrier.runtime import Job, JobRunner
-from lockstep.cli import main as cli_main
+from lockstep.barrier.runtime.context import BarrierContext
+from lockstep.barrier.runtime.runner import Job, JobRunner
+from lockstep.cli.main import main as cli_main
 from lockstep.errors import FencedError, LockstepError, SnapshotExpiredError
 from lockstep.facade import Lockstep
-from lockstep.meta_tables.sql_store import SqlMetadataStore
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -237,7 +237,7 @@ def test_expiration_keeps_what_leases_and_jobs_need_even_racing_readers(
             spark_ls.read(list(AGGREGATES), "repeatable_read")
         raced.append(True)
 
-    from lockstep.barrier.expiration import expire
+    from lockstep.barrier.operations.expire import expire
 
     expire(
         spark_ls.store,

@@ -19,7 +19,7 @@ from store_contract import dump
 
 from lockstep.barrier.model import TableVersion, VersionState
 from lockstep.errors import LockstepError, NoConsistentBarrierError
-from lockstep.meta_tables.sql_store import SqlMetadataStore
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import ConsistencyLevel
 from lockstep.topology.model import JobSpec
 

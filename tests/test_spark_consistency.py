@@ -19,7 +19,7 @@ import pytest
 from job_process import AGGREGATES, shopping_jobs, truth
 from spark_checks import key_values
 
-from lockstep.barrier.runtime import JobRunner
+from lockstep.barrier.runtime.runner import JobRunner
 from lockstep.errors import NoConsistentBarrierError
 from lockstep.facade import Lockstep
 from lockstep.readers.model import ConsistencyLevel

@@ -13,7 +13,7 @@ import pytest
 from job_process import AGGREGATES, shopping_jobs, sums
 from spark_checks import check_pipeline, key_values, row_multiset
 
-from lockstep.barrier.runtime import JobRunner
+from lockstep.barrier.runtime.runner import JobRunner
 from lockstep.facade import Lockstep
 
 if TYPE_CHECKING:

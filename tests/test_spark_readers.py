@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from lockstep.barrier.context import BarrierContext
-from lockstep.barrier.runtime import Job, JobRunner
-from lockstep.barrier.sources import GeneratorSource, TimeRangeSource
+from lockstep.barrier.runtime.context import BarrierContext
+from lockstep.barrier.runtime.runner import Job, JobRunner
+from lockstep.barrier.sources.base import GeneratorSource, TimeRangeSource
 from lockstep.examples import shopping
 from lockstep.facade import Lockstep
-from lockstep.readers.spark_meta import register_meta_views
+from lockstep.meta_tables.spark_views import register_meta_views
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

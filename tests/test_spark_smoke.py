@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 import pytest
 from spark_checks import main_barrier_history
 
-from lockstep.barrier.context import BarrierContext
-from lockstep.barrier.iceberg import IcebergError, IcebergTables
+from lockstep.barrier.iceberg.tables import IcebergError, IcebergTables
 from lockstep.barrier.model import VersionState
-from lockstep.barrier.runtime import Job, JobRunner
+from lockstep.barrier.runtime.context import BarrierContext
+from lockstep.barrier.runtime.runner import Job, JobRunner
 from lockstep.facade import Lockstep
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event, insert
 
-from lockstep.meta_tables.schema import BarrierRow, TableVersionRow
-from lockstep.meta_tables.sql_store import SqlMetadataStore
+from lockstep.meta_tables.store.sql.schema import BarrierRow, TableVersionRow
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.topology.model import JobSpec
 
 STEPS_PER_TICK = 10  # the progress handler is called every this many VM steps

@@ -22,8 +22,8 @@ from lockstep.errors import (
     StoreError,
     UnknownTableError,
 )
-from lockstep.meta_tables.sql_store import SqlMetadataStore
-from lockstep.meta_tables.store import MetadataStore
+from lockstep.meta_tables.store.base import MetadataStore
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.remote import RemoteMetadataStore
 
 pytest.importorskip("fastapi")

@@ -9,8 +9,8 @@ from conftest import FakeClock
 from operations_contract import OperationsContract
 from store_contract import StoreContract
 
-from lockstep.meta_tables.sql_store import SqlMetadataStore
-from lockstep.meta_tables.store import MetadataStore
+from lockstep.meta_tables.store.base import MetadataStore
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
 
 class TestSqliteFileStore(StoreContract, OperationsContract):

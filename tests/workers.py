@@ -13,7 +13,7 @@ def writer(url: str, started: Any, done: Any, out: Any) -> None:
     try:
         from pipelines import register, run_barrier
 
-        from lockstep.meta_tables.sql_store import SqlMetadataStore
+        from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
         store = SqlMetadataStore.open(url)
         register(store)
@@ -34,7 +34,7 @@ def writer(url: str, started: Any, done: Any, out: Any) -> None:
 def reader(url: str, started: Any, done: Any, out: Any) -> None:
     try:
         from lockstep.errors import NoConsistentBarrierError, UnknownTableError
-        from lockstep.meta_tables.sql_store import SqlMetadataStore
+        from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
         started.wait(60)
         store = SqlMetadataStore.open(url)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lockstep.barrier.runtime import JobRunner
+    from lockstep.barrier.runtime.runner import JobRunner
     from lockstep.facade import Lockstep
 
 FINAL_FILE = "final"
@@ -76,8 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import lockstep
-    from lockstep.barrier.runtime import JobRunner
-    from lockstep.barrier.spark_session import LOCAL_JVM_OPTIONS
+    from lockstep.barrier.runtime.runner import JobRunner
+    from lockstep.barrier.runtime.spark_session import LOCAL_JVM_OPTIONS
     from lockstep.examples import deep
 
     by_id = {job.job_id: job for job in deep.JOBS}

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lockstep.barrier.runtime import FAULT_ENV
+from lockstep.barrier.runtime.runner import FAULT_ENV
 
 START_MARK = "=== crash-check: start"
 

@@ -31,7 +31,7 @@ from _crash_reader import STOP_FILE as STOP_READERS
 from _crash_truth import LevelReport, Read, TableReport, check_reads, check_tables, is_consistent
 
 import lockstep
-from lockstep.barrier.runtime import FAULT_POINTS
+from lockstep.barrier.runtime.runner import FAULT_POINTS
 from lockstep.examples import deep
 
 TOOLS = Path(__file__).resolve().parent

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from lockstep.examples import deep
 
 if TYPE_CHECKING:
-    from lockstep.barrier.iceberg import IcebergTables
-    from lockstep.meta_tables.store import MetadataStore
+    from lockstep.barrier.iceberg.tables import IcebergTables
+    from lockstep.meta_tables.store.base import MetadataStore
 
 LEVELS: tuple[Literal["read_uncommitted", "read_committed", "repeatable_read"], ...] = (
     "read_uncommitted",
@@ -205,7 +205,7 @@ def check_tables(store: MetadataStore, tables: IcebergTables, final: int) -> Tab
     """Every table at every barrier 1..final, read with pyiceberg, against the truth."""
     from pyiceberg.table.snapshots import ancestors_of
 
-    from lockstep.barrier.iceberg import BARRIER_PROPERTY, IcebergError
+    from lockstep.barrier.iceberg.tables import BARRIER_PROPERTY, IcebergError
 
     report = TableReport()
     for table in deep.TABLES:

@@ -31,8 +31,8 @@ from lockstep.barrier.model import (
 )
 from lockstep.errors import InvalidRequestError, LockstepError
 from lockstep.meta_tables.query import run_meta_query
-from lockstep.meta_tables.schema import to_micros
-from lockstep.meta_tables.store import MetadataStore, TableStatus
+from lockstep.meta_tables.store.base import MetadataStore, TableStatus
+from lockstep.meta_tables.store.sql.schema import to_micros
 from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
 from lockstep.service import wire
 from lockstep.service.auth import Role, role_of

@@ -20,7 +20,7 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-from lockstep.meta_tables.store import MetadataStore
+from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.service.settings import ServiceSettings
 
 TICKER = "barrier-ticker"
@@ -71,7 +71,7 @@ def serve(settings: ServiceSettings) -> None:
     """Run the service until interrupted (blocking)."""
     import uvicorn
 
-    from lockstep.meta_tables.sql_store import SqlMetadataStore
+    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
     from lockstep.service.app import create_app
     from lockstep.service.auth import load_tokens
 

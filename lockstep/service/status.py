@@ -13,7 +13,7 @@ from typing import Any
 
 import networkx as nx
 
-from lockstep.meta_tables.store import MetadataStore
+from lockstep.meta_tables.store.base import MetadataStore
 
 NODE_W, NODE_H, GAP_X, GAP_Y = 190, 46, 70, 24
 

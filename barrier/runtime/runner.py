@@ -1,0 +1,322 @@
+"""The Spark job runtime: how a user writes an ETL job, and the loop that runs it.
+
+A :class:`Job` declares its sources, sinks (and root sources) and a step function. For each
+barrier the runtime: persists the input cut, resets the sinks' staging branches, runs the
+step (every commit tagged with the barrier), stages an empty commit for a sink the step did
+not write, reports PROCESSED (:meth:`JobRunner.stage`), then, once the coordinator holds the
+pre-commit, publishes (fast-forward) and reports WRITTEN (:meth:`JobRunner.publish`). Each
+step is safe to crash in between: on restart, :meth:`JobRunner.recover` publishes
+pre-committed barriers (exactly the recorded snapshots, skipping what main already has) and
+resets dirty ones, which are then replayed from their persisted cut: same input, same
+output. Only the newest attached instance moves main (fencing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lockstep.barrier.iceberg.tables import (
+    BARRIER_PROPERTY,
+    INPUT_CUTS_PROPERTY,
+    JOB_PROPERTY,
+    IcebergTables,
+    commit_properties,
+)
+from lockstep.barrier.model import Barrier
+from lockstep.barrier.runtime.context import BarrierContext
+from lockstep.barrier.sources.base import RootSource
+from lockstep.errors import LockstepError
+from lockstep.topology.model import JobSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lockstep.barrier.session import JobSession
+    from lockstep.facade import Lockstep
+
+StepFn = Callable[[BarrierContext], None]
+Progress = Callable[[str], None]
+FAULT_ENV = "LOCKSTEP_FAULT"  # test fault injection: "<point>:<barrier_id>[:<job_id>]" SIGKILLs
+_NEWEST = 2**62  # "as of the newest barrier"
+FAULT_POINTS = ("started", "after_stage", "after_processed", "after_publish", "after_written")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A Lockstep ETL job: what it reads and writes, and what it does per barrier.
+
+    ``schemas`` optionally declares a sink's columns (Spark DDL) so it can be created before
+    the step first writes rows to it.
+    """
+
+    job_id: str
+    step: StepFn
+    sources: Sequence[str] = ()
+    sinks: Sequence[str] = ()
+    root_sources: Sequence[RootSource] = ()
+    schemas: Mapping[str, str] = field(default_factory=dict)
+
+    def spec(self) -> JobSpec:
+        return JobSpec(
+            self.job_id,
+            sources=tuple(self.sources),
+            sinks=tuple(self.sinks),
+            external_sources=tuple(s.name for s in self.root_sources),
+        )
+
+
+class JobRunner:
+    """Runs one job against a coordinator on its own Spark session.
+
+    >>> runner = JobRunner(ls, job, spark.newSession(), tables)  # doctest: +SKIP
+    >>> runner.run(max_barriers=3)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        ls: Lockstep,
+        job: Job,
+        spark: SparkSession,
+        tables: IcebergTables,
+        *,
+        progress: Progress | None = None,
+    ) -> None:
+        self.ls = ls
+        self.job = job
+        self.spark = spark
+        self.tables = tables
+        self._progress = progress or (lambda _message: None)
+        self._session: JobSession | None = None
+        self._interrupted = False  # a barrier failed part-way; recover before going on
+        tables.register_catalog(spark)
+
+    @property
+    def session(self) -> JobSession:
+        if self._session is None:
+            raise LockstepError(f"job {self.job.job_id!r} is not started; call start() first")
+        return self._session
+
+    def start(self) -> JobSession:
+        """Register (idempotent), attach as a new instance (fencing older ones), recover."""
+        self.ls.store.register_job(self.job.spec())
+        self._session = self.ls.attach(self.job.job_id)
+        self.recover()
+        self._interrupted = False
+        return self._session
+
+    # -- recovery ------------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Finish what a previous instance left: publish pre-committed barriers (exactly the
+        snapshots it staged), then drop dirty ones, which :meth:`run` replays."""
+        plan = self.session.recover()
+        for barrier_id in sorted({p.barrier_id for p in plan.to_publish}):
+            staged = {p.table: p.snapshot_id for p in plan.to_publish if p.barrier_id == barrier_id}
+            self.publish(barrier_id, staged)
+            self._progress(f"{self.job.job_id}: recovered barrier {barrier_id} (published)")
+        self._undo_stale_publishes()
+        for barrier_id in plan.to_abort:
+            for table in self.job.sinks:
+                if self.tables.exists(self.spark, table):
+                    self.tables.reset_branch(self.spark, table, self.job.job_id)
+            self._progress(f"{self.job.job_id}: dropped dirty barrier {barrier_id}; replaying it")
+
+    def _undo_stale_publishes(self) -> None:
+        """Put main back where the coordinator says it is, if a fenced instance published a
+        barrier that a revision discarded (it passed its fencing check, paused, then
+        fast-forwarded: Iceberg cannot check a token). Only this, the current instance, may
+        move main. A main ahead of the store for any other reason means the store lost
+        data: that is for ``lockstep repair``, never for a rollback."""
+        from lockstep.barrier.iceberg.maintenance import rollback_main
+
+        for table in self.job.sinks:
+            if not self.tables.exists(self.spark, table):
+                continue
+            on_main = self.tables.main_barrier(self.spark, table)
+            recorded = self.ls.store.version_as_of(table, _NEWEST)
+            newest = recorded.barrier_id if recorded is not None else 0
+            if on_main is None or on_main <= newest:
+                continue
+            if (
+                recorded is None
+                or recorded.snapshot_id is None
+                or not self._revised(table, on_main)
+            ):
+                raise LockstepError(
+                    f"{table}'s main carries barrier {on_main}, but the coordinator's newest "
+                    f"WRITTEN version of it is {newest or 'none'}: if the metadata store was "
+                    "lost or restored from a backup, run `lockstep repair` before starting jobs"
+                )
+            rollback_main(self.spark, self.tables, table, recorded.snapshot_id)
+            self._progress(
+                f"{self.job.job_id}: {table}'s main carried revised barrier {on_main}, published "
+                f"by a fenced instance; rolled back to barrier {newest}"
+            )
+
+    def _revised(self, table: str, barrier_id: int) -> bool:
+        """Whether a revision discarded ``table``'s version at ``barrier_id``."""
+        for revision in self.ls.store.revisions(limit=20):
+            for t in revision.tables:
+                if t.table == table and (t.keep_barrier or 0) < barrier_id <= (
+                    t.newest_barrier or 0
+                ):
+                    return True
+        return False
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def run(
+        self,
+        *,
+        max_barriers: int | None = None,
+        stop: threading.Event | None = None,
+        until_idle: bool = False,
+        poll_s: float = 0.1,
+    ) -> int:
+        """Process barriers as they become available; returns how many were processed.
+
+        Stops after ``max_barriers``, when ``stop`` is set (checked between barriers and
+        while waiting for the next one), or, with ``until_idle``, as soon as no barrier is
+        available to the job. While waiting, it asks every ``poll_s``, and at once when a job
+        of this process reports WRITTEN (which may have made its next barrier available).
+        """
+        if self._session is None:
+            self.start()
+        elif self._interrupted:
+            # a barrier failed half-way in an earlier run (e.g. a publish error after
+            # PROCESSED): finish or drop it first, as a restarted instance would, rather
+            # than stage a pre-committed barrier again (the coordinator refuses that)
+            self.recover()
+            self._interrupted = False
+        done = 0
+        stop = stop or threading.Event()
+        while max_barriers is None or done < max_barriers:
+            seen = self.session.reports_seen()
+            barrier = self.session.next_barrier()
+            if barrier is None:
+                if until_idle:
+                    break
+                # a poll interval, cut short by a WRITTEN report in this process (which
+                # may have made a barrier available to this job) or by ``stop``
+                self.session.wait_for_reports(seen, poll_s, stop)
+                if stop.is_set():
+                    break
+                continue
+            try:
+                self.run_barrier(barrier)
+            except BaseException:
+                self._interrupted = True
+                raise
+            done += 1
+            if stop.is_set():
+                break
+        return done
+
+    def run_barrier(self, barrier: Barrier) -> None:
+        """Process one barrier through the whole protocol (DESIGN §4)."""
+        staged = self.stage(barrier)
+        self.publish(barrier.barrier_id, staged)
+        self._progress(f"{self.job.job_id}: barrier {barrier.barrier_id} written")
+
+    def stage(self, barrier: Barrier) -> dict[str, int | None]:
+        """Protocol steps 1 and 2: persist the input cuts, compute, stage every sink as a
+        snapshot tagged with the barrier, report PROCESSED. Returns the staged snapshots."""
+        b = barrier.barrier_id
+        job_id = self.job.job_id
+        _fault_point("started", b, job_id)
+        previous = self._previous_barrier(b)
+        cuts = self._input_cuts(barrier, previous)
+        for table in self.job.sinks:
+            if self.tables.exists(self.spark, table):
+                self.tables.reset_branch(self.spark, table, job_id)
+        ctx = BarrierContext(
+            ls=self.ls,
+            job=self.job,
+            spark=self.spark,
+            tables=self.tables,
+            barrier=barrier,
+            previous=previous,
+            cuts=cuts,
+        )
+        tags = {BARRIER_PROPERTY: str(b), JOB_PROPERTY: job_id}
+        if cuts:  # the table carries its own input cuts: `lockstep repair` can restore them
+            tags[INPUT_CUTS_PROPERTY] = json.dumps(cuts, sort_keys=True)
+        with commit_properties(self.spark, tags):
+            self.job.step(ctx)
+            ctx.finish()  # an empty tagged commit for every sink the step did not write
+        _fault_point("after_stage", b, job_id)
+        staged = {t: self.tables.staged_head(self.spark, t, job_id) for t in self.job.sinks}
+        self.session.report_processed(b, staged)
+        _fault_point("after_processed", b, job_id)
+        return staged
+
+    def publish(self, barrier_id: int, staged: Mapping[str, int | None]) -> None:
+        """Protocol step 3: fast-forward each sink's main to the snapshot staged for the
+        barrier, then report WRITTEN. Idempotent (a table whose main already holds the
+        barrier is left alone); a fenced instance raises FencedError and never moves main."""
+        self.session.ensure_current()
+        published = {
+            table: self._publish(table, barrier_id, staged.get(table)) for table in self.job.sinks
+        }
+        _fault_point("after_publish", barrier_id, self.job.job_id)
+        self.session.report_written(barrier_id, published)
+        _fault_point("after_written", barrier_id, self.job.job_id)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _input_cuts(self, barrier: Barrier, previous: Barrier | None) -> dict[str, dict[str, Any]]:
+        """Each root source's cut for ``barrier``: the persisted one on a replay (never a
+        fresh look), else a new plan, continuing from the previous barrier's persisted cut,
+        persisted before anything is read."""
+        if not self.job.root_sources:
+            return {}
+        store, job_id, b = self.ls.store, self.job.job_id, barrier.barrier_id
+        persisted = store.input_cuts(job_id, b)
+        before = store.input_cuts(job_id, previous.barrier_id) if previous is not None else {}
+        cuts = {}
+        for source in self.job.root_sources:
+            cut = persisted.get(source.name)
+            if cut is None:
+                planned = source.plan_cut(barrier, previous, before.get(source.name))
+                cut = self.session.persist_input_cut(b, source.name, planned)
+            cuts[source.name] = cut
+        return cuts
+
+    def _previous_barrier(self, barrier_id: int) -> Barrier | None:
+        """The job's last written barrier before this one (None on its first barrier)."""
+        written = [
+            p.barrier_id
+            for p in self.ls.store.job_progress(self.job.job_id, limit=4)
+            if p.written_at is not None and p.barrier_id < barrier_id
+        ]
+        return self.ls.store.get_barrier(max(written)) if written else None
+
+    def _publish(self, table: str, barrier_id: int, snapshot_id: int | None) -> int | None:
+        """Make ``snapshot_id`` main's head unless main already holds the barrier (published
+        before a crash: never publish twice); returns main's head."""
+        state = self.tables.publish_state(self.spark, table, self.job.job_id)
+        main = state.main
+        if snapshot_id is None or main == snapshot_id:
+            return main
+        if state.main_barrier is not None and state.main_barrier >= barrier_id:
+            return main
+        if state.staged == snapshot_id:
+            return self.tables.publish(self.spark, table, self.job.job_id)
+        # The branch moved since the barrier was pre-committed (a newer instance may be
+        # staging its next barrier there): publish exactly the recorded snapshot, never
+        # whatever the branch holds, and leave the branch alone.
+        return self.tables.publish_snapshot(self.spark, table, self.job.job_id, snapshot_id)
+
+
+def _fault_point(point: str, barrier_id: int, job_id: str) -> None:
+    """Crash here (SIGKILL, no cleanup) if the fault-injection variable says so:
+    ``<point>:<barrier_id>`` for any job, ``<point>:<barrier_id>:<job_id>`` for one."""
+    fault = os.environ.get(FAULT_ENV)
+    if fault in (f"{point}:{barrier_id}", f"{point}:{barrier_id}:{job_id}"):
+        os.kill(os.getpid(), signal.SIGKILL)

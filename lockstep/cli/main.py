@@ -1,0 +1,488 @@
+"""The ``lockstep`` command line: register jobs, issue barriers, resolve, query the meta tables.
+
+Every subcommand returns an :class:`Output` (JSON-able data plus its text rendering), so
+``--json`` works the same everywhere. A :class:`~lockstep.errors.LockstepError` becomes
+``error: <message>`` on stderr and exit status 2: the messages already say what to do, a
+traceback would only bury them.
+
+>>> main(["--home", "sqlite://", "barrier", "issue", "--json"])  # doctest: +ELLIPSIS
+{
+  "barrier_id": 1,
+  "ts": "..."
+}
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lockstep.cli.format import (
+    Output,
+    arrow_rows,
+    dump_json,
+    format_cell,
+    format_table,
+    job_row,
+    resolve_headline,
+    resolve_rows,
+    table_row,
+)
+from lockstep.cli.ops import add_ops_commands
+from lockstep.cli.run import (
+    cmd_demo,
+    cmd_run,
+    cmd_serve,
+    cmd_walkthrough,
+    load_job,
+    stop_on_signals,
+)
+from lockstep.errors import LockstepError
+from lockstep.meta_tables.delay import DEFAULT_DELAY_BARRIERS
+
+if TYPE_CHECKING:  # the facade pulls in SQLAlchemy, DuckDB and Arrow: load it lazily
+    from lockstep.facade import Lockstep
+    from lockstep.meta_tables.delay import CriticalPath, DelayReport
+
+LEVELS = ("read_uncommitted", "read_committed", "repeatable_read")
+TOPOLOGY_FORMATS = ("text", "json", "dot", "mermaid")
+DEFAULT_LIST_LIMIT = 20
+DEFAULT_SQL_MAX_ROWS = 10_000
+DEFAULT_WALKTHROUGH_BARRIERS = 5
+
+
+Handler = Callable[[argparse.Namespace], Output]
+StoreHandler = Callable[["Lockstep", argparse.Namespace], Output]
+
+
+def _with_store(handler: StoreHandler) -> Handler:
+    """Open the store named by ``--home``/``--store`` around one command, then close it."""
+
+    def run(args: argparse.Namespace) -> Output:
+        from lockstep.facade import connect
+
+        with connect(args.target) as ls:
+            return handler(ls, args)
+
+    return run
+
+
+# -- commands (the first docstring line is the command's help) ------------------------------
+
+
+def cmd_job_register(ls: Lockstep, args: argparse.Namespace) -> Output:
+    """Register a job by the managed tables it reads and the tables it writes."""
+    spec = ls.register_job(
+        args.job_id, sources=args.source, sinks=args.sink, external_sources=args.external_source
+    )
+    row = job_row(spec)
+    inputs = [*spec.sources, *(f"{x} (external)" for x in spec.external_sources)]
+    text = f"registered job {spec.job_id} ({row['type']}): {format_cell(inputs)} -> "
+    return Output(row, text + format_cell(row["sinks"]))
+
+
+def cmd_job_list(ls: Lockstep, args: argparse.Namespace) -> Output:
+    """List the registered jobs and the newest barrier each has written."""
+    written = arrow_rows(ls.sql("SELECT job_id, last_written FROM __META_JOB"))
+    last = {r["job_id"]: r["last_written"] for r in written}
+    rows = [job_row(s, last_written=last.get(s.job_id)) for s in ls.topology().jobs]
+    return Output(rows, format_table(rows, empty="no jobs registered"))
+
+
+def cmd_job_unregister(ls: Lockstep, args: argparse.Namespace) -> Output:
+    """Remove a job; its tables and their history stay."""
+    ls.unregister_job(args.job_id, force=args.force)
+    return Output({"job_id": args.job_id, "unregistered": True}, f"unregistered {args.job_id}")
+
+
+def cmd_barrier_issue(ls: Lockstep, args: argparse.Namespace) -> Output:
+    """Issue the next global barrier (with --every, keep issuing: a coordinator loop)."""
+    if args.every is None:
+        if args.count is not None:
+            raise LockstepError("--count needs --every SECONDS (how far apart to issue them)")
+        barrier = ls.issue_barrier()
+        data = {"barrier_id": barrier.barrier_id, "ts": barrier.ts}
+        return Output(data, f"issued barrier {barrier.barrier_id} at {format_cell(barrier.ts)} UTC")
+    progress = _quiet if args.json else print
+    issued: list[dict[str, Any]] = []
+    with stop_on_signals("stopping") as stop:
+        while args.count is None or len(issued) < args.count:
+            barrier = ls.issue_barrier()
+            issued.append({"barrier_id": barrier.barrier_id, "ts": barrier.ts})
+            progress(f"issued barrier {barrier.barrier_id} at {format_cell(barrier.ts)} UTC")
+            if len(issued) == args.count or stop.wait(args.every):
+                break
+    return Output(issued, f"issued {len(issued)} barrier{'' if len(issued) == 1 else 's'}")
+
+
+def cmd_barrier_list(ls: Lockstep, args: argparse.Namespace) -> Output:
+    """Issued barriers, newest first, with their state (ISSUED, PRECOMMIT, COMMIT)."""
+    query = f"SELECT * FROM __META_BARRIER ORDER BY barrier_id DESC LIMIT {int(args.limit)}"
+    rows = arrow_rows(ls.sql(query))
+    return Output(rows, format_table(rows, empty="no barriers issued (lockstep barrier issue)"))
+
+
+def cmd_resolve(ls: Lockstep, args: argparse.Namespace) -> Output:
+    """The barrier and snapshot each table would be read at, for a consistency level."""
+    snapshot_set = ls.resolve(args.tables, args.level)
+    rows = resolve_rows(snapshot_set)
+    per_table = {r["table"]: {k: v for k, v in r.items() if k != "table"} for r in rows}
+    data = {
+        "level": snapshot_set.level.value,
+        "barrier_id": snapshot_set.barrier_id,
+        "tables": per_table,
+    }
+    return Output(data, resolve_headline(snapshot_set) + "\n" + format_table(rows))
+
+
+def cmd_sql(ls: Lockstep, args: argparse.Namespace) -> Output:
+    """Run one read-only SQL query over the __META_* views."""
+    rows = arrow_rows(ls.sql(args.query, max_rows=args.max_rows or None))
+    count = f"({len(rows)} row{'' if len(rows) == 1 else 's'})"
+    return Output(rows, f"{format_table(rows)}\n{count}" if rows else count)
+
+
+def cmd_lineage(ls: Lockstep, args: argparse.Namespace) -> Output:
+    """Tables that feed TABLE (upstream) or that it feeds (downstream), nearest first."""
+    rows = [{"table": e.table, "depth": e.depth} for e in ls.lineage(args.table, args.direction)]
+    data = {"table": args.table, "direction": args.direction, "lineage": rows}
+    why = "a root table" if args.direction == "upstream" else "read by no registered job"
+    return Output(data, format_table(rows, empty=f"none: {args.table} is {why}"))
+
+
+def cmd_topology(ls: Lockstep, args: argparse.Namespace) -> Output:
+    """Draw the topology as text, JSON, Graphviz dot or Mermaid."""
+    from lockstep.topology.render import render, topology_to_dict
+
+    fmt = args.format or ("json" if args.json else "text")
+    if args.json and fmt != "json":
+        raise LockstepError(f"--json conflicts with --format {fmt}; give one of them")
+    topo = ls.topology()
+    return Output(topology_to_dict(topo), render(topo, fmt))
+
+
+def cmd_delay(ls: Lockstep, args: argparse.Namespace) -> Output:
+    """End-to-end delay and freshness lag per table; for TABLE, its critical path and bottleneck.
+
+    Over the last --barriers WRITTEN barriers of each table (DESIGN §6, __META_DELAY).
+    """
+    from lockstep.meta_tables.delay import delay_report
+
+    if args.table and args.table_option and args.table != args.table_option:
+        raise LockstepError(f"give the table once: {args.table} or --table {args.table_option}")
+    table = args.table or args.table_option
+    report = delay_report(ls.store, table, barriers=args.barriers)
+    return Output(_delay_data(report), _delay_text(report))
+
+
+def _delay_data(report: DelayReport) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "now": report.now,
+        "window": report.window,
+        "tables": [dataclasses.asdict(t) for t in report.tables],
+    }
+    if report.table is not None:
+        data["table"] = report.table
+        data["critical_paths"] = [dataclasses.asdict(p) for p in report.paths]
+    return data
+
+
+def _delay_text(report: DelayReport) -> str:
+    rows = [dataclasses.asdict(t) for t in report.tables]
+    lines = [
+        f"delay per table (s), over its last {report.window} WRITTEN barriers; freshness lag "
+        f"at {format_cell(report.now)} UTC:",
+        format_table(rows, empty="no tables (register a job first)"),
+    ]
+    if rows and all(t.latest_barrier is None for t in report.tables):
+        lines.append(
+            "no table has a WRITTEN barrier yet: issue barriers (lockstep barrier issue) and "
+            "run the jobs (lockstep run MODULE:JOB)"
+        )
+    if not report.paths:
+        return "\n".join(lines)
+    newest = report.paths[0]
+    steps = [
+        {"job": s.job, "table": s.table, "wait_s": s.wait_s, "own_cost_s": s.own_cost_s}
+        for s in newest.steps
+    ]
+    lines += [
+        f"\ncritical path of {report.table} at barrier {newest.barrier_id} (root first):",
+        format_table(steps),
+        _bottleneck_line(newest),
+    ]
+    if len(report.paths) > 1:
+        history = [
+            {
+                "barrier_id": p.barrier_id,
+                "e2e_delay_s": p.e2e_delay_s,
+                "bottleneck": p.bottleneck.job if p.bottleneck else None,
+                "own_cost_s": p.bottleneck.own_cost_s if p.bottleneck else None,
+                "path": " -> ".join(s.job for s in p.steps),
+            }
+            for p in report.paths
+        ]
+        lines += [f"\nbottleneck per barrier of {report.table}, newest first:"]
+        lines.append(format_table(history))
+    return "\n".join(lines)
+
+
+def _bottleneck_line(path: CriticalPath) -> str:
+    if path.bottleneck is None:
+        return f"bottleneck: unknown (no job progress recorded at barrier {path.barrier_id})"
+    b = path.bottleneck
+    return (
+        f"bottleneck: {b.job} (own cost {format_cell(b.own_cost_s)} s of "
+        f"{format_cell(path.e2e_delay_s)} s end-to-end at barrier {path.barrier_id})"
+    )
+
+
+def cmd_tables(ls: Lockstep, args: argparse.Namespace) -> Output:
+    """Managed tables: writer job, derived type, newest PROCESSED and WRITTEN barrier."""
+    rows = [table_row(status) for status in ls.tables()]
+    return Output(rows, format_table(rows, empty="no tables (register a job first)"))
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+__all__ = ["build_parser", "load_job", "main"]
+
+
+# -- parser -------------------------------------------------------------------------------
+
+
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
+def _common_options(*, top_level: bool) -> argparse.ArgumentParser:
+    """--home/--store/--json, accepted before or after the subcommand.
+
+    Below the top level the defaults are SUPPRESS, so a subcommand that does not repeat an
+    option keeps the value given before it.
+    """
+    target: Any = None if top_level else argparse.SUPPRESS
+    as_json: Any = False if top_level else argparse.SUPPRESS
+    common = argparse.ArgumentParser(add_help=False)
+    where = common.add_mutually_exclusive_group()
+    home = "home directory or store URL (default: $LOCKSTEP_HOME, else ./.lockstep)"
+    store = "store URL, e.g. sqlite:///x.db or postgresql://host/db (same as --home URL)"
+    where.add_argument("--home", dest="target", metavar="PATH", default=target, help=home)
+    where.add_argument("--store", dest="target", metavar="URL", default=target, help=store)
+    common.add_argument("--json", action="store_true", default=as_json, help="print as JSON")
+    return common
+
+
+class _Commands:
+    """Adds subcommands that share the common options and take their help from docstrings."""
+
+    def __init__(self, common: argparse.ArgumentParser) -> None:
+        self.common = common
+
+    def add(self, group: Any, name: str, handler: StoreHandler) -> argparse.ArgumentParser:
+        """A subcommand that runs with the store open."""
+        return self.add_plain(group, name, _with_store(handler), doc=handler.__doc__)
+
+    def add_plain(
+        self, group: Any, name: str, handler: Handler, *, doc: str | None = None
+    ) -> argparse.ArgumentParser:
+        """A subcommand that opens (or not) whatever it needs itself."""
+        summary = (doc or handler.__doc__ or "").strip().splitlines()[0]
+        parser: argparse.ArgumentParser = group.add_parser(
+            name,
+            help=summary[:1].lower() + summary[1:].rstrip("."),
+            description=summary,
+            parents=[self.common],
+        )
+        parser.set_defaults(handler=handler)
+        return parser
+
+
+def _add_job_commands(sub: Any, cmds: _Commands) -> None:
+    job = sub.add_parser("job", help="register, list and unregister jobs")
+    jobs = job.add_subparsers(dest="job_command", required=True, metavar="COMMAND")
+    register = cmds.add(jobs, "register", cmd_job_register)
+    register.add_argument("job_id", metavar="JOB_ID")
+    register.add_argument(
+        "--sink",
+        action="append",
+        required=True,
+        metavar="TABLE",
+        help="a table the job writes (repeat for several)",
+    )
+    register.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="TABLE",
+        help="a managed table the job reads (repeatable)",
+    )
+    register.add_argument(
+        "--external-source",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an unmanaged input, e.g. kafka:orders (repeatable)",
+    )
+    cmds.add(jobs, "list", cmd_job_list)
+    unregister = cmds.add(jobs, "unregister", cmd_job_unregister)
+    unregister.add_argument("job_id", metavar="JOB_ID")
+    unregister.add_argument(
+        "--force", action="store_true", help="abort the job's pending commits instead of refusing"
+    )
+
+
+def _add_barrier_commands(sub: Any, cmds: _Commands) -> None:
+    barrier = sub.add_parser("barrier", help="issue and list global barriers")
+    barriers = barrier.add_subparsers(dest="barrier_command", required=True, metavar="COMMAND")
+    issue = cmds.add(barriers, "issue", cmd_barrier_issue)
+    issue.add_argument(
+        "--every",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="keep issuing one barrier every SECONDS until Ctrl-C/SIGTERM (or --count)",
+    )
+    issue.add_argument("--count", type=_int_at_least(1), metavar="N", help="stop after N")
+    listing = cmds.add(barriers, "list", cmd_barrier_list)
+    listing.add_argument("--limit", type=_int_at_least(1), default=DEFAULT_LIST_LIMIT)
+
+
+def _add_read_commands(sub: Any, cmds: _Commands) -> None:
+    resolve = cmds.add(sub, "resolve", cmd_resolve)
+    resolve.add_argument("tables", nargs="+", metavar="TABLE")
+    resolve.add_argument("--level", choices=LEVELS, default="repeatable_read")
+    sql = cmds.add(sub, "sql", cmd_sql)
+    sql.add_argument("query", metavar="QUERY")
+    sql.add_argument(
+        "--max-rows",
+        type=_int_at_least(0),
+        default=DEFAULT_SQL_MAX_ROWS,
+        help=f"refuse more rows (default {DEFAULT_SQL_MAX_ROWS}; 0: no cap)",
+    )
+    lineage = cmds.add(sub, "lineage", cmd_lineage)
+    lineage.add_argument("table", metavar="TABLE")
+    lineage.add_argument("--direction", choices=("upstream", "downstream"), default="upstream")
+    cmds.add(sub, "topology", cmd_topology).add_argument("--format", choices=TOPOLOGY_FORMATS)
+    delay = cmds.add(sub, "delay", cmd_delay)
+    delay.add_argument("table", nargs="?", metavar="TABLE", help="show its critical path too")
+    delay.add_argument("--table", dest="table_option", metavar="TABLE", help=argparse.SUPPRESS)
+    delay.add_argument(
+        "--barriers",
+        type=_int_at_least(1),
+        default=DEFAULT_DELAY_BARRIERS,
+        metavar="K",
+        help=f"over each table's last K WRITTEN barriers (default {DEFAULT_DELAY_BARRIERS})",
+    )
+    delay.add_argument("--limit", dest="barriers", type=_int_at_least(1), help=argparse.SUPPRESS)
+    cmds.add(sub, "tables", cmd_tables)
+
+
+def _add_run_commands(sub: Any, cmds: _Commands) -> None:
+    from lockstep import demo as spark_demo
+    from lockstep.walkthrough import MIN_BARRIERS
+
+    demo = cmds.add_plain(sub, "demo", cmd_demo)
+    demo.epilog = (
+        "Runs in a new temporary home unless --home names a new or empty directory "
+        "($LOCKSTEP_HOME is not used); the home is kept, to explore with the other commands."
+    )
+    demo.add_argument(
+        "--barriers",
+        type=_int_at_least(spark_demo.MIN_BARRIERS),
+        default=spark_demo.DEFAULT_BARRIERS,
+        help=f"how many barriers to run (default {spark_demo.DEFAULT_BARRIERS})",
+    )
+    walkthrough = cmds.add_plain(sub, "walkthrough", cmd_walkthrough)
+    walkthrough.add_argument(
+        "--barriers", type=_int_at_least(MIN_BARRIERS), default=DEFAULT_WALKTHROUGH_BARRIERS
+    )
+    run = cmds.add_plain(sub, "run", cmd_run)
+    run.add_argument("job", metavar="MODULE:JOB", help="e.g. lockstep.examples.shopping:sum_price")
+    run.add_argument("--barriers", type=_int_at_least(1), metavar="N", help="stop after N")
+    run.add_argument(
+        "--until-idle", action="store_true", help="stop when no barrier is available to the job"
+    )
+    run.add_argument("--master", metavar="URL", help="Spark master (default: local[2])")
+
+
+def _add_serve_command(sub: Any, cmds: _Commands) -> None:
+    serve = cmds.add_plain(sub, "serve", cmd_serve)
+    serve.epilog = (
+        "The store is --store/--home, else $LOCKSTEP_SERVICE_STORE, else the config file. "
+        "Run several replicas over one PostgreSQL store for a shared, highly available service."
+    )
+    serve.add_argument("--config", type=Path, metavar="FILE", help="TOML service settings")
+    serve.add_argument("--host", metavar="HOST", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=_int_at_least(1), metavar="PORT", help="default 8765")
+    serve.add_argument(
+        "--token-file", type=Path, metavar="FILE", help="lines of 'ROLE TOKEN' (admin or read)"
+    )
+    serve.add_argument(
+        "--barrier-interval",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="issue a barrier every SECONDS (in one replica at a time)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``lockstep`` (no side effects; safe to call in tests)."""
+    parser = argparse.ArgumentParser(
+        prog="lockstep",
+        description="Keep Spark ETL jobs and their Iceberg tables moving in lockstep.",
+        parents=[_common_options(top_level=True)],
+    )
+    cmds = _Commands(_common_options(top_level=False))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_job_commands(sub, cmds)
+    _add_barrier_commands(sub, cmds)
+    _add_read_commands(sub, cmds)
+    _add_run_commands(sub, cmds)
+    _add_serve_command(sub, cmds)
+    add_ops_commands(sub, cmds)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``lockstep`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        output: Output = args.handler(args)
+    except LockstepError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    print(dump_json(output.data) if args.json else output.text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

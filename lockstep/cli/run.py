@@ -1,0 +1,201 @@
+"""The CLI's long-running commands: ``run`` (one job, as under spark-submit), ``demo``,
+``walkthrough`` and ``serve`` (the coordinator service)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lockstep.cli.format import Output, demo_summary_text
+from lockstep.errors import ConfigurationError, LockstepError
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from lockstep.barrier.runtime.runner import Job
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def cmd_run(args: argparse.Namespace) -> Output:
+    """Run one job (MODULE:JOB) in this process until stopped; Ctrl-C stops between barriers."""
+    from lockstep.barrier.runtime.runner import JobRunner
+    from lockstep.facade import connect
+
+    job = load_job(args.job)  # before Spark starts: a typo fails in a second
+    progress: Callable[[str], None] = _quiet if args.json else print
+    with connect(args.target) as ls:
+        spark = ls.spark(**({"master": args.master} if args.master else {}))
+        runner = JobRunner(ls, job, spark, ls.iceberg, progress=progress)
+        # after Spark starts: PySpark's own SIGINT handler would cancel the running Spark job
+        with stop_on_signals("stopping after the current barrier") as stop:
+            runner.start()
+            progress(
+                f"job {job.job_id} attached (fencing token {runner.session.token}); "
+                "processing barriers as they come, Ctrl-C stops between two"
+            )
+            done = runner.run(max_barriers=args.barriers, stop=stop, until_idle=args.until_idle)
+        spark.stop()
+        last = next((t.latest_written for t in ls.tables() if t.table == job.sinks[0]), None)
+    data = {
+        "job_id": job.job_id,
+        "barriers_processed": done,
+        "last_written": last,
+        "stopped_by_signal": stop.is_set(),
+    }
+    why = " (stopped by a signal)" if stop.is_set() else ""
+    return Output(data, f"job {job.job_id}: processed {done} barrier(s){why}")
+
+
+def load_job(reference: str) -> Job:
+    """The :class:`Job` named by ``module:attribute`` (a Job, or a zero-argument callable
+    returning one).
+
+    >>> load_job("lockstep.examples.shopping:sum_price").sinks
+    ['user_item_price']
+    """
+    from lockstep.barrier.runtime.runner import Job
+
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise LockstepError(
+            f"expected MODULE:JOB, e.g. lockstep.examples.shopping:load_shopping; got {reference!r}"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise LockstepError(f"cannot import module {module_name!r}: {e}") from e
+    target: Any = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            jobs = sorted(n for n, v in vars(module).items() if isinstance(v, Job))
+            raise LockstepError(
+                f"module {module_name!r} has no {attribute!r}; jobs it defines: "
+                f"{', '.join(jobs) or '(none)'}"
+            )
+        target = getattr(target, part)
+    job = _call_factory(reference, target) if callable(target) else target
+    if not isinstance(job, Job):
+        raise LockstepError(
+            f"{reference} is a {type(job).__name__}, not a lockstep Job (or a zero-argument "
+            "callable returning one)"
+        )
+    return job
+
+
+def _call_factory(reference: str, factory: Any) -> Any:
+    """Call a job factory, refusing one that needs arguments (rather than a TypeError)."""
+    from lockstep.barrier.runtime.runner import Job
+
+    if isinstance(factory, Job):  # a frozen dataclass instance is not callable, but be safe
+        return factory
+    try:
+        inspect.signature(factory).bind()
+    except TypeError:
+        raise LockstepError(
+            f"{reference} takes arguments; name a Job, or a callable that needs none"
+        ) from None
+    except ValueError:
+        pass  # no signature to check (a builtin): just call it
+    return factory()
+
+
+@contextmanager
+def stop_on_signals(message: str) -> Iterator[threading.Event]:
+    """An event set by the first Ctrl-C or SIGTERM, for loops that stop at a safe point;
+    a second Ctrl-C interrupts at once."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop  # signal handlers can only be installed from the main thread
+        return
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+        print(f"{signal.Signals(signum).name}: {message}", file=sys.stderr)
+
+    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def cmd_walkthrough(args: argparse.Namespace) -> Output:
+    """A core-only walkthrough of the three consistency levels on the FLIP-276 topology."""
+    from lockstep.facade import connect
+    from lockstep.walkthrough import run_walkthrough, summary_text
+
+    # A kept temporary home, so the user can explore the result with the other commands.
+    target = args.target or tempfile.mkdtemp(prefix="lockstep-walkthrough-")
+    progress: Callable[[str], None] = _quiet if args.json else print
+    progress(f"Lockstep walkthrough (simulated jobs, fake snapshot ids) in {target}")
+    with connect(target) as ls:
+        summary = run_walkthrough(ls, barriers=args.barriers, progress=progress)
+    return Output(summary, summary_text(summary))
+
+
+def cmd_demo(args: argparse.Namespace) -> Output:
+    """The FLIP-276 shopping pipeline on Spark and Iceberg, with a dashboard checking itself."""
+    from lockstep.demo import run_demo
+    from lockstep.facade import connect
+
+    home = _fresh_home(args.target)
+    progress: Callable[[str], None] = _quiet if args.json else print
+    progress(f"Lockstep demo in {home}: 3 Spark jobs, {args.barriers} barriers, a dashboard")
+    with connect(home) as ls:
+        summary = run_demo(ls, barriers=args.barriers, progress=progress)
+    return Output(summary, demo_summary_text(summary))
+
+
+def _fresh_home(target: str | None) -> Path:
+    """The demo's home: a new temporary directory, or a new or empty one the user named."""
+    if target is None:
+        return Path(tempfile.mkdtemp(prefix="lockstep-demo-"))
+    if "://" in target:
+        raise ConfigurationError(
+            f"the demo needs a home directory (it writes an Iceberg warehouse), not {target!r}"
+        )
+    home = Path(target).expanduser().resolve()
+    if home.exists() and (not home.is_dir() or any(home.iterdir())):
+        raise ConfigurationError(
+            f"refusing to run the demo in {home}: it is not an empty directory; name a new "
+            "or empty one, or omit --home to use a temporary one"
+        )
+    return home
+
+
+def cmd_serve(args: argparse.Namespace) -> Output:
+    """Run the coordinator as an HTTP service until interrupted."""
+    from lockstep.config import LockstepConfig
+    from lockstep.service.server import serve
+    from lockstep.service.settings import ServiceSettings
+
+    flags = {
+        "store": LockstepConfig.from_target(args.target).store_url if args.target else None,
+        "host": args.host,
+        "port": args.port,
+        "token_file": args.token_file,
+        "barrier_interval_s": args.barrier_interval,
+    }
+    settings = ServiceSettings.load(args.config, **{k: v for k, v in flags.items() if v})
+    print(
+        f"Lockstep coordinator on http://{settings.host}:{settings.port} over {settings.store}"
+        + ("" if settings.token_file else " (no token file: every request is accepted)"),
+        file=sys.stderr,
+    )
+    serve(settings)
+    return Output({"stopped": True}, "coordinator stopped")

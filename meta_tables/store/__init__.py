@@ -1,0 +1,7 @@
+"""The metadata store: the interface (:mod:`.base`) and its SQLAlchemy implementation
+(:mod:`.sql`, SQLite and PostgreSQL). The HTTP client of the service is a third backend;
+``lockstep.stores.open_store(target)`` picks one."""
+
+from lockstep.meta_tables.store.base import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
+
+__all__ = ["DEFAULT_LEASE_TTL_S", "MetadataStore", "TableStatus"]

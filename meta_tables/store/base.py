@@ -1,0 +1,262 @@
+"""The metadata store interface: everything jobs and readers ask the coordinator.
+
+One abstract class, one SQLAlchemy implementation (``SqlMetadataStore``) with thin SQLite
+and PostgreSQL configuration, and later a remote (HTTP) client; one contract test suite
+runs against each. Every method is one atomic operation: a report is checked and applied
+in the same transaction, persisted before the method returns.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from lockstep.barrier.model import (
+    Barrier,
+    FoundVersion,
+    JobInstance,
+    JobProgress,
+    RecoveryPlan,
+    Revision,
+    TableRetention,
+    TableVersion,
+)
+from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
+from lockstep.topology.graph import Topology
+from lockstep.topology.model import JobSpec, TableType
+
+if TYPE_CHECKING:
+    from lockstep.meta_tables.pushdown import Restriction
+
+DEFAULT_LEASE_TTL_S = 600.0
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    """A managed table's writer, derived type and newest versions."""
+
+    table: str
+    writer: str | None
+    table_type: TableType
+    latest_processed: int | None
+    latest_written: int | None
+
+
+class MetadataStore(abc.ABC):
+    """Coordinator state: topology, barriers, table versions, job progress, leases."""
+
+    # -- topology --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def register_job(self, spec: JobSpec) -> JobSpec:
+        """Register a job; idempotent for an identical definition.
+
+        Raises CycleError, ConcurrentWriterError, InvalidNameError, JobExistsError.
+        """
+
+    @abc.abstractmethod
+    def unregister_job(self, job_id: str, *, force: bool = False) -> None:
+        """Remove a job; its tables and their history stay. Pending commits block this
+        unless ``force`` (which aborts them)."""
+
+    @abc.abstractmethod
+    def topology(self) -> Topology:
+        """The current topology (all registered jobs)."""
+
+    @abc.abstractmethod
+    def table_status(self, tables: Collection[str] | None = None) -> list[TableStatus]:
+        """Status of the given tables (all if None); raises UnknownTableError."""
+
+    # -- barriers --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def issue_barrier(self) -> Barrier:
+        """Issue the next barrier: id = previous + 1, ts strictly after the previous ts."""
+
+    @abc.abstractmethod
+    def get_barrier(self, barrier_id: int) -> Barrier:
+        """One issued barrier; raises UnknownBarrierError."""
+
+    @abc.abstractmethod
+    def list_barriers(self, *, limit: int | None = None) -> list[Barrier]:
+        """Issued barriers, newest first."""
+
+    # -- job protocol ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def attach(self, job_id: str) -> JobInstance:
+        """Start a new instance of a job with a fresh fencing token (fences older ones)."""
+
+    @abc.abstractmethod
+    def next_barrier(self, job_id: str, token: int) -> Barrier | None:
+        """The barrier the job should work on now (None if none is available yet).
+
+        Root job: the first issued barrier after its last written one. Intermediate job:
+        the first barrier after its last written one that every source has WRITTEN.
+        Records the job's start time for that barrier the first time it is returned.
+        """
+
+    @abc.abstractmethod
+    def report_processed(
+        self, job_id: str, token: int, barrier_id: int, snapshots: Mapping[str, int | None]
+    ) -> list[TableVersion]:
+        """Record the staged snapshot of every sink for ``barrier_id`` (pre-commit)."""
+
+    @abc.abstractmethod
+    def report_written(
+        self,
+        job_id: str,
+        token: int,
+        barrier_id: int,
+        snapshots: Mapping[str, int | None] | None = None,
+    ) -> list[TableVersion]:
+        """Record that the staged snapshots were published on main (commit)."""
+
+    @abc.abstractmethod
+    def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
+        """Roll back a PROCESSED (not WRITTEN) barrier: its staged versions are dropped."""
+
+    @abc.abstractmethod
+    def persist_input_cut(
+        self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Persist a source's input cut for a barrier before processing it.
+
+        The first cut persisted wins: a replay gets the persisted cut back, never a new one.
+        """
+
+    @abc.abstractmethod
+    def input_cuts(self, job_id: str, barrier_id: int) -> dict[str, dict[str, Any]]:
+        """The persisted input cuts of a job's barrier, per source."""
+
+    @abc.abstractmethod
+    def recovery_plan(self, job_id: str, token: int) -> RecoveryPlan:
+        """What a (re)started instance must publish and abort before going on."""
+
+    @abc.abstractmethod
+    def job_progress(self, job_id: str, *, limit: int | None = None) -> list[JobProgress]:
+        """The job's progress per barrier, newest first."""
+
+    @abc.abstractmethod
+    def version_as_of(
+        self, table: str, barrier_id: int, *, written_only: bool = True
+    ) -> TableVersion | None:
+        """The table's newest version at or before ``barrier_id`` (None if none)."""
+
+    @abc.abstractmethod
+    def table_versions(self, table: str, *, limit: int | None = None) -> list[TableVersion]:
+        """The table's versions per barrier, newest first."""
+
+    # -- reads -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def resolve(
+        self, tables: Sequence[str], level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ
+    ) -> SnapshotSet:
+        """One snapshot per table at one barrier (DESIGN §3).
+
+        Raises UnknownTableError or NoConsistentBarrierError.
+        """
+
+    @abc.abstractmethod
+    def acquire_lease(
+        self,
+        tables: Sequence[str],
+        level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ,
+        *,
+        ttl_s: float = DEFAULT_LEASE_TTL_S,
+        holder: str = "",
+    ) -> Lease:
+        """Resolve and hold the snapshot set (protected from expiration) in one step."""
+
+    @abc.abstractmethod
+    def renew_lease(self, lease_id: str, *, ttl_s: float = DEFAULT_LEASE_TTL_S) -> Lease:
+        """Extend a live lease; raises LeaseError if it expired or was released."""
+
+    @abc.abstractmethod
+    def release_lease(self, lease_id: str) -> None:
+        """Release a lease (idempotent)."""
+
+    @abc.abstractmethod
+    def active_leases(self) -> list[Lease]:
+        """Leases not released and not expired."""
+
+    # -- operations (DESIGN §7) ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def plan_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
+        """What revising ``table`` back to ``to_barrier`` (``full``: from the start) would
+        do; changes nothing. Raises UnknownTableError, UnknownBarrierError, TopologyError,
+        SnapshotExpiredError or InvalidRequestError (nothing to revise)."""
+
+    @abc.abstractmethod
+    def begin_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
+        """Fence the downstream closure's jobs and reset their versions, progress and pending
+        commits to ``to_barrier``; the revision stays IN_PROGRESS (its jobs cannot attach)
+        until :meth:`finish_revision`. An identical revision in progress is returned as is
+        (resume); an overlapping one raises RevisionInProgressError."""
+
+    @abc.abstractmethod
+    def finish_revision(self, revision_id: int) -> Revision:
+        """Mark a revision DONE (its tables are rolled back): its jobs may start again."""
+
+    @abc.abstractmethod
+    def revisions(self, *, limit: int | None = None) -> list[Revision]:
+        """Revisions, newest first."""
+
+    @abc.abstractmethod
+    def plan_retention(self, retain_barriers: int) -> list[TableRetention]:
+        """What each table must keep now (leases, jobs' next reads, the last N barriers)."""
+
+    @abc.abstractmethod
+    def record_retention(self, retain_barriers: int) -> list[TableRetention]:
+        """Compute and record each table's horizon atomically: from now on no read resolves
+        a version before it, so expiring older snapshots is safe."""
+
+    @abc.abstractmethod
+    def restore_versions(self, found: Sequence[FoundVersion]) -> list[TableVersion]:
+        """Repair: make each found version WRITTEN with its snapshot (issuing lost barriers,
+        restoring progress and input cuts); returns the versions changed."""
+
+    # -- coordination between replicas --------------------------------------------------------
+
+    @abc.abstractmethod
+    def try_lead(self, name: str, holder: str, *, ttl_s: float) -> bool:
+        """Take or renew the leadership ``name`` for ``ttl_s``; False if another live holder
+        has it. A holder that stops renewing loses it when the ttl runs out."""
+
+    @abc.abstractmethod
+    def resign(self, name: str, holder: str) -> None:
+        """Give up a leadership early (if held by ``holder``)."""
+
+    # -- meta tables -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def export_tables(
+        self, names: Collection[str], where: Sequence[Restriction] = ()
+    ) -> dict[str, pa.Table]:
+        """The named base tables (``ls_*``) as Arrow, for the SQL meta views. ``where``
+        (a query's pushed-down filters) lets a store leave out rows the query cannot need;
+        ignoring it is correct, only slower."""
+
+    def query_meta(self, query: str, *, max_rows: int | None = None) -> pa.Table:
+        """Run a read-only SQL query over the ``__META_*`` views (local DuckDB by default;
+        a remote store runs it on the service)."""
+        from lockstep.meta_tables.query import run_meta_query
+        from lockstep.meta_tables.store.sql.schema import to_micros
+
+        return run_meta_query(
+            query, self.export_tables, now_us=to_micros(self.now()), max_rows=max_rows
+        )
+
+    def now(self) -> datetime:
+        """The store's clock (UTC); views compute freshness against it."""
+        return datetime.now(timezone.utc)
+
+    def close(self) -> None:
+        """Release connections."""

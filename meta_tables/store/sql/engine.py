@@ -1,0 +1,75 @@
+"""Engines for the SQL metadata store: SQLite (embedded default) and PostgreSQL.
+
+Only connection set-up lives here; every query is shared (``store``). SQLite is opened
+in WAL mode with a busy timeout, and write transactions start with ``BEGIN IMMEDIATE`` so
+that several processes on one file queue for the write lock instead of failing with
+"database is locked" when a reader upgrades to a writer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.pool import StaticPool
+
+from lockstep.errors import ConfigurationError
+
+WRITE_OPTION = "lockstep_write"
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+
+
+def create_store_engine(url: str) -> Engine:
+    """Create an engine for a store URL (``sqlite:///path`` or ``postgresql+psycopg://``)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as e:
+        raise ConfigurationError(f"malformed store URL {url!r}: {e}") from e
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return _sqlite_engine(url, in_memory=parsed.database in (None, "", ":memory:"))
+    if backend == "postgresql":
+        if parsed.drivername == "postgresql":
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        try:
+            return create_engine(parsed, pool_pre_ping=True, future=True)
+        except ModuleNotFoundError as e:
+            raise ConfigurationError(
+                "the PostgreSQL store needs the psycopg driver: pip install 'lockstep[postgres]'"
+            ) from e
+    raise ConfigurationError(
+        f"unsupported store URL {url!r}: use sqlite:///PATH or postgresql://USER@HOST/DB"
+    )
+
+
+def _sqlite_engine(url: str, *, in_memory: bool) -> Engine:
+    kwargs: dict[str, Any] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}}
+    if in_memory:
+        kwargs["poolclass"] = StaticPool
+        kwargs["connect_args"]["check_same_thread"] = False
+    engine = create_engine(url, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control from pysqlite, so BEGIN is ours (see _begin).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        if not in_memory:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        write = connection.get_execution_options().get(WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"

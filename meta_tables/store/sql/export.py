@@ -1,0 +1,122 @@
+"""Export the store's base tables as Arrow, for the DuckDB meta views.
+
+Times leave as int64 UTC microseconds (as stored); the views turn them into timestamps.
+A query's pushed-down filters (:mod:`lockstep.meta_tables.pushdown`) narrow the rows read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import pyarrow as pa
+from sqlalchemy import BigInteger, Boolean, ColumnElement, Integer, Table, select, type_coerce
+from sqlalchemy.orm import Session
+
+from lockstep.errors import MetaQueryError
+from lockstep.meta_tables.pushdown import Restriction
+from lockstep.meta_tables.store.sql.schema import (
+    Base,
+    JobSourceRow,
+    SchemaVersionRow,
+    TableVersionRow,
+    UtcMicros,
+)
+from lockstep.meta_tables.views import Via
+
+EXPORTABLE = sorted(name for name in Base.metadata.tables if name != SchemaVersionRow.__tablename__)
+
+
+def arrow_schema(table: Table) -> pa.Schema:
+    fields = []
+    for column in table.columns:
+        kind = column.type
+        if isinstance(kind, (UtcMicros, BigInteger, Integer)):
+            fields.append(pa.field(column.name, pa.int64()))
+        elif isinstance(kind, Boolean):
+            fields.append(pa.field(column.name, pa.bool_()))
+        else:
+            fields.append(pa.field(column.name, pa.string()))
+    return pa.schema(fields)
+
+
+def export_tables(
+    session: Session, names: Collection[str], where: Sequence[Restriction] = ()
+) -> dict[str, pa.Table]:
+    """The named base tables as Arrow; ``where`` keeps only the rows a query can need."""
+    unknown = sorted(set(names) - set(EXPORTABLE))
+    if unknown:
+        raise MetaQueryError(f"no such base table(s): {', '.join(unknown)}")
+    out = {}
+    for name in names:
+        table = Base.metadata.tables[name]
+        schema = arrow_schema(table)
+        # Times leave undecorated, as the int micros they are stored as.
+        raw = [
+            type_coerce(c, BigInteger()).label(c.name) if isinstance(c.type, UtcMicros) else c
+            for c in table.columns
+        ]
+        filters = _filters(session, table, where)
+        rows = session.execute(select(*raw).where(*filters)).all()
+        columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+        arrays = [
+            pa.array(values, type=field.type) for values, field in zip(columns, schema, strict=True)
+        ]
+        out[name] = pa.table(arrays, schema=schema)
+    return out
+
+
+def _filters(
+    session: Session, table: Table, where: Sequence[Restriction]
+) -> list[ColumnElement[bool]]:
+    mine = [r for r in where if r.target.table == table.name]
+    versions = Base.metadata.tables[TableVersionRow.__tablename__]
+    # the version filters that are not about which tables: the writers' versions in range
+    version_range = [
+        _compare(versions.c[r.target.column], r)
+        for r in where
+        if r.target.table == versions.name
+        and r.target.via is Via.SAME
+        and r.target.column != "table_name"
+    ]
+    filters = []
+    for r in mine:
+        column = table.c[r.target.column]
+        if r.target.via is Via.SAME:
+            filters.append(_compare(column, r))
+        elif r.op in ("=", "in"):  # table names, carried over to writers or sources
+            writers = _writers(session, r.values, version_range)
+            if r.target.via is Via.WRITERS:
+                filters.append(column.in_(writers))
+            else:
+                sources = session.scalars(
+                    select(JobSourceRow.table_name).where(JobSourceRow.job_id.in_(writers))
+                )
+                filters.append(column.in_(sorted({*r.values, *sources})))
+    return filters
+
+
+def _writers(
+    session: Session, tables: Sequence[object], version_range: Sequence[ColumnElement[bool]]
+) -> list[str]:
+    """The jobs that wrote the matching versions of ``tables``: the current writer, and an
+    earlier one if the table changed writers (unregistered and registered again)."""
+    versions = Base.metadata.tables[TableVersionRow.__tablename__]
+    query = select(versions.c.job_id).where(versions.c.table_name.in_(tables), *version_range)
+    return sorted(set(session.scalars(query.distinct())))
+
+
+def _compare(column: ColumnElement[object], r: Restriction) -> ColumnElement[bool]:
+    value = r.values[0]
+    match r.op:
+        case "=":
+            return column == value
+        case "in":
+            return column.in_(r.values)
+        case "<":
+            return column < value
+        case "<=":
+            return column <= value
+        case ">":
+            return column > value
+        case ">=":
+            return column >= value

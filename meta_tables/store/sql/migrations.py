@@ -1,0 +1,90 @@
+"""Schema versioning of the metadata store.
+
+A fresh store gets the current schema and is stamped ``CURRENT_VERSION``. An existing store
+at an older version is upgraded by running, in order, each step newer than its version, each
+in its own transaction. A store newer than this release is refused, never touched.
+
+To change the schema in a later release: change ``schema.py``, append a step that brings a
+store of the previous version to the new one, and bump ``CURRENT_VERSION``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+
+from sqlalchemy import Connection, Engine, insert, inspect, select, text
+
+from lockstep.errors import StoreVersionError
+from lockstep.meta_tables.store.sql.schema import Base, SchemaVersionRow
+
+MigrationStep = Callable[[Connection], None]
+
+CURRENT_VERSION = 2
+_PG_MIGRATION_LOCK = 0x4C6F636B  # advisory lock key: one migrating process at a time
+
+
+def _add_operations_tables(connection: Connection) -> None:
+    """Version 2: revisions, the versions they discarded, and expiration horizons."""
+    Base.metadata.create_all(
+        connection,
+        tables=[Base.metadata.tables[name] for name in _V2_TABLES],
+        checkfirst=True,
+    )
+
+
+_V2_TABLES = ("ls_revision", "ls_revised_version", "ls_retention")
+
+# STEPS[v] upgrades a store from version v-1 to version v. Version 1 is the first release.
+STEPS: dict[int, MigrationStep] = {2: _add_operations_tables}
+
+
+def stored_version(connection: Connection) -> int | None:
+    """The store's schema version, or None for an empty database."""
+    if not inspect(connection).has_table(SchemaVersionRow.__tablename__):
+        return None
+    version = connection.execute(select(SchemaVersionRow.version)).scalars().all()
+    return max(version) if version else None
+
+
+def migrate(
+    engine: Engine,
+    *,
+    current: int = CURRENT_VERSION,
+    steps: dict[int, MigrationStep] | None = None,
+) -> Sequence[int]:
+    """Bring the store to ``current``; return the versions applied (empty if up to date)."""
+    steps = STEPS if steps is None else steps
+    with engine.connect().execution_options(lockstep_write=True) as connection:
+        with connection.begin():
+            _lock(connection)
+            found = stored_version(connection)
+            if found is None:
+                Base.metadata.create_all(connection)
+                _stamp(connection, current)
+                return [current]
+    if found > current:
+        raise StoreVersionError(found, current)
+    applied = []
+    for version in range(found + 1, current + 1):
+        with engine.connect().execution_options(lockstep_write=True) as connection:
+            with connection.begin():
+                _lock(connection)
+                if (stored_version(connection) or 0) >= version:
+                    continue  # another process upgraded meanwhile
+                steps[version](connection)
+                _stamp(connection, version)
+        applied.append(version)
+    return applied
+
+
+def _lock(connection: Connection) -> None:
+    # SQLite: the write transaction (BEGIN IMMEDIATE) already serializes us.
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})
+
+
+def _stamp(connection: Connection, version: int) -> None:
+    connection.execute(
+        insert(SchemaVersionRow).values(version=version, applied_at=datetime.now(timezone.utc))
+    )

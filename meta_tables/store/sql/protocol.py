@@ -1,0 +1,431 @@
+"""The job protocol on the SQL store: barriers, attach, next barrier, reports, recovery.
+
+Each function runs inside the caller's write (or read) transaction. Protocol rules are
+checked by :mod:`lockstep.barrier.protocol` against the state loaded here, so a refused
+report raises before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Select,
+    SQLColumnExpression,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.orm import Session, aliased
+
+from lockstep.barrier import protocol
+from lockstep.barrier.model import (
+    Barrier,
+    CommitState,
+    JobInstance,
+    PendingCommit,
+    RecoveryPlan,
+    TableVersion,
+    VersionState,
+)
+from lockstep.errors import ProtocolError, UnknownBarrierError
+from lockstep.meta_tables.store.sql import resolve, revision
+from lockstep.meta_tables.store.sql.rows import (
+    JobState,
+    get_job,
+    load_job,
+    lock_job,
+    record_progress,
+    sink_versions,
+    versions_at,
+)
+from lockstep.meta_tables.store.sql.schema import (
+    BarrierRow,
+    InputCutRow,
+    JobBarrierRow,
+    JobInstanceRow,
+    PendingCommitRow,
+    TableVersionRow,
+)
+from lockstep.topology.model import JobSpec
+
+_TICK = timedelta(microseconds=1)
+PENDING = CommitState.PENDING.value
+WRITTEN = VersionState.WRITTEN.value
+TV = TableVersionRow
+
+
+def issue_barrier(s: Session, now: datetime) -> Barrier:
+    last = s.execute(
+        select(BarrierRow.barrier_id, BarrierRow.ts).order_by(BarrierRow.barrier_id.desc()).limit(1)
+    ).first()
+    barrier_id, ts = (1, now) if last is None else (last[0] + 1, max(now, last[1] + _TICK))
+    s.add(BarrierRow(barrier_id=barrier_id, ts=ts))
+    s.flush()  # a racing replica's insert of the same id fails here and is retried
+    return Barrier(barrier_id, ts)
+
+
+def attach(s: Session, job_id: str, now: datetime) -> JobInstance:
+    job = lock_job(s, job_id)
+    revision.check_not_revising(s, job_id)
+    job.current_token += 1
+    s.add(JobInstanceRow(job_id=job_id, token=job.current_token, attached_at=now))
+    return JobInstance(job_id, job.current_token, now)
+
+
+# -- the job's next barrier ---------------------------------------------------------------
+# Built once; parameters: ``first_sink`` (the job's first sink), ``start_after`` (barriers
+# up to it predate the job), and ``source_0``... (its sources) where sources are read.
+
+_WRITTEN_TV = aliased(TableVersionRow, name="written_tv")
+# A barrier is WRITTEN for a job iff it is WRITTEN in all its sinks (one atomic report), so
+# the first sink's newest WRITTEN version tells: an index-only lookup.
+_LAST_WRITTEN = (
+    select(func.max(_WRITTEN_TV.barrier_id))
+    .where(_WRITTEN_TV.table_name == bindparam("first_sink"), _WRITTEN_TV.state == WRITTEN)
+    .scalar_subquery()
+)
+
+
+def _after_progress(barrier_id: SQLColumnExpression[int]) -> ColumnElement[bool]:
+    """``barrier_id`` is after the job's last written barrier and after its registration.
+
+    One lower bound, the greater of the two, so that the index seek starts there: given two
+    bounds (``> :start_after AND > last_written``) SQLite seeks by one, the registration,
+    and filters by the other, reading the job's whole history on every call."""
+    last, start = func.coalesce(_LAST_WRITTEN, 0), bindparam("start_after", type_=Integer)
+    return barrier_id > case((last > start, last), else_=start)
+
+
+_ROOT_NEXT = select(func.min(BarrierRow.barrier_id)).where(_after_progress(BarrierRow.barrier_id))
+
+
+@functools.cache
+def _sources_next(sources: int) -> Select[Any]:
+    """Each source's oldest WRITTEN barrier after the job's progress (an index seek each)."""
+    return select(
+        *(
+            select(func.min(TV.barrier_id))
+            .where(
+                TV.table_name == bindparam(f"source_{i}"),
+                TV.state == WRITTEN,
+                _after_progress(TV.barrier_id),
+            )
+            .scalar_subquery()
+            for i in range(sources)
+        )
+    )
+
+
+def _progress_params(job: JobState) -> dict[str, Any]:
+    return {"first_sink": job.spec.sinks[0], "start_after": job.start_after}
+
+
+def last_written(s: Session, spec: JobSpec) -> int | None:
+    return s.connection().scalar(select(_LAST_WRITTEN), {"first_sink": spec.sinks[0]})
+
+
+def expected_barrier(
+    s: Session, job: JobState, *, known_available: int | None = None
+) -> int | None:
+    """The job's next barrier: after its last written one, and available to it (one
+    statement; two for an intermediate job). ``known_available``: a barrier all its
+    sources are known to have WRITTEN."""
+    spec, conn, params = job.spec, s.connection(), _progress_params(job)
+    if spec.is_root:
+        return conn.scalar(_ROOT_NEXT, params)
+    params.update((f"source_{i}", t) for i, t in enumerate(spec.sources))
+    row = conn.execute(_sources_next(len(spec.sources)), params).one()
+    firsts = [b for b in row if b is not None]
+    if len(firsts) < len(spec.sources):
+        return None  # a source has not WRITTEN a barrier after the job's progress yet
+    return resolve.oldest_common_barrier(
+        s, spec.sources, candidate=max(firsts), known_common=known_available
+    )
+
+
+_BARRIER_STARTED = (
+    select(BarrierRow.ts, JobBarrierRow.started_at)
+    .outerjoin(
+        JobBarrierRow,
+        and_(
+            JobBarrierRow.job_id == bindparam("job_id"),
+            JobBarrierRow.barrier_id == BarrierRow.barrier_id,
+        ),
+    )
+    .where(BarrierRow.barrier_id == bindparam("barrier_id"))
+)
+
+
+def _barrier_started(s: Session, job_id: str, barrier_id: int) -> tuple[Barrier, bool]:
+    """The barrier, and whether the job has recorded its start."""
+    params = {"job_id": job_id, "barrier_id": barrier_id}
+    found = s.connection().execute(_BARRIER_STARTED, params).first()
+    if found is None:
+        raise UnknownBarrierError(barrier_id)
+    return Barrier(barrier_id, found.ts), found.started_at is not None
+
+
+def find_next_barrier(s: Session, job_id: str, token: int) -> tuple[Barrier | None, bool]:
+    """(next barrier or None, whether its start still needs recording). Read-only."""
+    job = load_job(s, job_id, lock=False)
+    protocol.check_token(job_id, token, job.current_token)
+    barrier_id = expected_barrier(s, job)
+    if barrier_id is None:
+        return None, False
+    found, started = _barrier_started(s, job_id, barrier_id)
+    return found, not started
+
+
+def start_next_barrier(s: Session, job_id: str, token: int, now: datetime) -> Barrier | None:
+    job = load_job(s, job_id, lock=True)
+    protocol.check_token(job_id, token, job.current_token)
+    barrier_id = expected_barrier(s, job)
+    if barrier_id is None:
+        return None
+    record_progress(s, job_id, barrier_id, token, started=now)
+    return _barrier_started(s, job_id, barrier_id)[0]
+
+
+# -- reports -------------------------------------------------------------------------------
+
+_ISSUED_AND_LAST_WRITTEN = select(
+    select(BarrierRow.barrier_id).where(BarrierRow.barrier_id == bindparam("barrier_id")).exists(),
+    _LAST_WRITTEN,
+)
+_INSERT_VERSIONS = insert(TableVersionRow)
+_INSERT_PENDING = insert(PendingCommitRow)
+_PUBLISH_VERSION = (
+    update(TableVersionRow)
+    .where(TV.table_name == bindparam("table"), TV.barrier_id == bindparam("at"))
+    .values(snapshot_id=bindparam("snapshot"), state=WRITTEN, written_at=bindparam("now"))
+)
+_COMMIT_PENDING = (
+    update(PendingCommitRow)
+    .where(
+        PendingCommitRow.job_id == bindparam("job"),
+        PendingCommitRow.barrier_id == bindparam("at"),
+        PendingCommitRow.state == PENDING,
+    )
+    .values(state=CommitState.COMMITTED.value, updated_at=bindparam("now"))
+)
+
+
+def report_processed(
+    s: Session,
+    job_id: str,
+    token: int,
+    barrier_id: int,
+    snapshots: Mapping[str, int | None],
+    now: datetime,
+) -> list[TableVersion]:
+    job = load_job(s, job_id, lock=True)
+    protocol.check_token(job_id, token, job.current_token)
+    spec, conn = job.spec, s.connection()
+    params = {"barrier_id": barrier_id, "first_sink": spec.sinks[0]}
+    issued, written = conn.execute(_ISSUED_AND_LAST_WRITTEN, params).one()
+    if not issued:
+        protocol.check_sinks(spec, barrier_id, snapshots)
+        raise ProtocolError(job_id, barrier_id, "this barrier has not been issued yet")
+    at_barrier = versions_at(s, (*spec.sinks, *spec.sources), barrier_id)  # one lookup
+    existing = {t: at_barrier[t] for t in spec.sinks if t in at_barrier}
+    unavailable = [
+        t
+        for t in spec.sources
+        if t not in at_barrier or at_barrier[t].state is not VersionState.WRITTEN
+    ]
+    outcome = protocol.check_processed(
+        spec,
+        barrier_id,
+        snapshots,
+        existing=existing,
+        expected_barrier=expected_barrier(
+            s, job, known_available=None if unavailable else barrier_id
+        ),
+        last_written=written,
+        unavailable_sources=unavailable,
+    )
+    if outcome is protocol.Outcome.ALREADY_DONE:
+        return [existing[t] for t in spec.sinks]
+    conn.execute(
+        _INSERT_VERSIONS,
+        [
+            {
+                "table_name": table,
+                "barrier_id": barrier_id,
+                "job_id": job_id,
+                "snapshot_id": snapshots[table],
+                "state": VersionState.PROCESSED.value,
+                "processed_at": now,
+                "written_at": None,
+            }
+            for table in spec.sinks
+        ],
+    )
+    conn.execute(
+        _INSERT_PENDING,
+        [
+            {
+                "job_id": job_id,
+                "barrier_id": barrier_id,
+                "table_name": table,
+                "snapshot_id": snapshots[table],
+                "state": PENDING,
+                "token": token,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for table in spec.sinks
+        ],
+    )
+    record_progress(s, job_id, barrier_id, token, started=now, processed=now)
+    return [
+        TableVersion(t, barrier_id, snapshots[t], VersionState.PROCESSED, processed_at=now)
+        for t in spec.sinks
+    ]
+
+
+def report_written(
+    s: Session,
+    job_id: str,
+    token: int,
+    barrier_id: int,
+    snapshots: Mapping[str, int | None] | None,
+    now: datetime,
+) -> list[TableVersion]:
+    job = load_job(s, job_id, lock=True)
+    protocol.check_token(job_id, token, job.current_token)
+    spec = job.spec
+    existing = sink_versions(s, spec, barrier_id)
+    outcome, published = protocol.check_written(spec, barrier_id, snapshots, existing=existing)
+    if outcome is protocol.Outcome.ALREADY_DONE:
+        return [existing[t] for t in spec.sinks]
+    conn = s.connection()
+    conn.execute(
+        _PUBLISH_VERSION,
+        [{"table": t, "at": barrier_id, "snapshot": published[t], "now": now} for t in spec.sinks],
+    )
+    conn.execute(_COMMIT_PENDING, {"job": job_id, "at": barrier_id, "now": now})
+    record_progress(s, job_id, barrier_id, token, written=now)
+    return [
+        dataclasses.replace(
+            existing[t], snapshot_id=published[t], state=VersionState.WRITTEN, written_at=now
+        )
+        for t in spec.sinks
+    ]
+
+
+def report_aborted(s: Session, job_id: str, token: int, barrier_id: int, now: datetime) -> None:
+    job = load_job(s, job_id, lock=True)
+    protocol.check_token(job_id, token, job.current_token)
+    spec = job.spec
+    outcome = protocol.check_abort(spec, barrier_id, sink_versions(s, spec, barrier_id))
+    if outcome is protocol.Outcome.APPLY:
+        abort_barrier(s, spec, barrier_id, now)
+
+
+def abort_barrier(s: Session, spec: JobSpec, barrier_id: int, now: datetime) -> None:
+    """Drop the job's PROCESSED versions of a barrier and abort its pending commits."""
+    s.execute(
+        delete(TableVersionRow).where(
+            TableVersionRow.table_name.in_(spec.sinks),
+            TableVersionRow.barrier_id == barrier_id,
+            TableVersionRow.state == VersionState.PROCESSED.value,
+        )
+    )
+    s.execute(
+        update(PendingCommitRow)
+        .where(
+            PendingCommitRow.job_id == spec.job_id,
+            PendingCommitRow.barrier_id == barrier_id,
+            PendingCommitRow.state == PENDING,
+        )
+        .values(state=CommitState.ABORTED.value, updated_at=now)
+    )
+    s.execute(
+        update(JobBarrierRow)
+        .where(JobBarrierRow.job_id == spec.job_id, JobBarrierRow.barrier_id == barrier_id)
+        .values(processed_at=None)
+    )
+
+
+def persist_input_cut(
+    s: Session,
+    job_id: str,
+    token: int,
+    barrier_id: int,
+    source: str,
+    cut: Mapping[str, Any],
+    now: datetime,
+) -> dict[str, Any]:
+    job = lock_job(s, job_id)
+    protocol.check_token(job_id, token, job.current_token)
+    if s.get(BarrierRow, barrier_id) is None:
+        raise ProtocolError(job_id, barrier_id, "this barrier has not been issued yet")
+    existing = s.get(InputCutRow, (job_id, barrier_id, source))
+    if existing is not None:
+        return dict(json.loads(existing.cut))
+    try:
+        encoded = json.dumps(dict(cut), sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise ProtocolError(job_id, barrier_id, f"input cut of {source!r} is not JSON: {e}") from e
+    s.add(
+        InputCutRow(
+            job_id=job_id,
+            barrier_id=barrier_id,
+            source=source,
+            cut=encoded,
+            token=token,
+            created_at=now,
+        )
+    )
+    return dict(json.loads(encoded))
+
+
+def input_cuts(s: Session, job_id: str, barrier_id: int) -> dict[str, dict[str, Any]]:
+    get_job(s, job_id)
+    rows = s.scalars(
+        select(InputCutRow).where(
+            InputCutRow.job_id == job_id, InputCutRow.barrier_id == barrier_id
+        )
+    )
+    return {r.source: dict(json.loads(r.cut)) for r in rows}
+
+
+def recovery_plan(s: Session, job_id: str, token: int) -> RecoveryPlan:
+    job = load_job(s, job_id, lock=False)
+    protocol.check_token(job_id, token, job.current_token)
+    spec = job.spec
+    written = last_written(s, spec)
+    pending = s.scalars(
+        select(PendingCommitRow)
+        .where(PendingCommitRow.job_id == job_id, PendingCommitRow.state == PENDING)
+        .order_by(PendingCommitRow.barrier_id, PendingCommitRow.table_name)
+    )
+    to_publish = tuple(
+        PendingCommit(job_id, r.barrier_id, r.table_name, r.snapshot_id) for r in pending
+    )
+    pre_committed = {p.barrier_id for p in to_publish}
+    dirty = s.scalars(
+        select(JobBarrierRow.barrier_id)
+        .where(
+            JobBarrierRow.job_id == job_id,
+            JobBarrierRow.processed_at.is_(None),
+            JobBarrierRow.barrier_id > (written or 0),
+        )
+        .order_by(JobBarrierRow.barrier_id)
+    )
+    to_abort = tuple(b for b in dirty if b not in pre_committed)
+    return RecoveryPlan(job_id, written, to_publish, to_abort)

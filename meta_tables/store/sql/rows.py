@@ -1,0 +1,223 @@
+"""Row-level helpers shared by the SQL store's operations (run inside a transaction).
+
+The statements the job protocol sends on every call are built once (here and in
+``protocol``) and run on the session's connection as Core statements: building a
+statement and running it through the ORM session take several times longer than the
+database takes to answer it (an index lookup of a few microseconds). Such a statement does
+not autoflush, so it is only used for rows the session holds no pending objects of.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Executable, bindparam, func, literal, select, union_all
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from lockstep.barrier.model import Barrier, TableVersion, VersionState
+from lockstep.errors import UnknownBarrierError, UnknownJobError
+from lockstep.meta_tables.store.sql.schema import (
+    BarrierRow,
+    JobBarrierRow,
+    JobRow,
+    JobSinkRow,
+    JobSourceRow,
+    TableVersionRow,
+)
+from lockstep.topology.graph import Topology
+from lockstep.topology.model import JobSpec
+
+TV = TableVersionRow
+_SOURCE, _SINK = "source", "sink"
+
+_LOCK_JOB = select(JobRow).where(JobRow.job_id == bindparam("job_id")).with_for_update()
+_SOURCES = select(
+    JobSourceRow.job_id,
+    literal(_SOURCE).label("kind"),
+    JobSourceRow.table_name,
+    JobSourceRow.position,
+)
+_SINKS = select(
+    JobSinkRow.job_id, literal(_SINK).label("kind"), JobSinkRow.table_name, JobSinkRow.position
+)
+_ALL_JOB_TABLES = union_all(_SOURCES, _SINKS)
+_JOB_TABLES = union_all(
+    _SOURCES.where(JobSourceRow.job_id == bindparam("job_id")),
+    _SINKS.where(JobSinkRow.job_id == bindparam("job_id")),
+)
+_JOB_TABLES_OF = _JOB_TABLES.subquery("job_tables")
+_JOB = (
+    select(
+        JobRow.external_sources,
+        JobRow.start_after,
+        JobRow.current_token,
+        _JOB_TABLES_OF.c.kind,
+        _JOB_TABLES_OF.c.table_name,
+        _JOB_TABLES_OF.c.position,
+    )
+    .outerjoin(_JOB_TABLES_OF, _JOB_TABLES_OF.c.job_id == JobRow.job_id)
+    .where(JobRow.job_id == bindparam("job_id"))
+)
+_LOCKED_JOB = _JOB.with_for_update(of=JobRow)
+_VERSIONS_AT = select(
+    TV.table_name, TV.barrier_id, TV.snapshot_id, TV.state, TV.processed_at, TV.written_at
+).where(TV.table_name.in_(bindparam("tables", expanding=True)), TV.barrier_id == bindparam("at"))
+
+
+def to_version(row: TableVersionRow) -> TableVersion:
+    return TableVersion(
+        table=row.table_name,
+        barrier_id=row.barrier_id,
+        snapshot_id=row.snapshot_id,
+        state=VersionState(row.state),
+        processed_at=row.processed_at,
+        written_at=row.written_at,
+    )
+
+
+def load_topology(s: Session) -> Topology:
+    """Every registered job, in two statements (the jobs, then all their tables)."""
+    conn = s.connection()
+    jobs = conn.execute(select(JobRow.job_id, JobRow.external_sources)).all()
+    tables = _job_tables(conn.execute(_ALL_JOB_TABLES))
+    return Topology(_spec(job_id, external, tables) for job_id, external in jobs)
+
+
+def spec_of(s: Session, job: JobRow) -> JobSpec:
+    """The spec of a loaded job: its sources and sinks in one statement."""
+    tables = _job_tables(s.connection().execute(_JOB_TABLES, {"job_id": job.job_id}))
+    return _spec(job.job_id, job.external_sources, tables)
+
+
+JobTables = dict[tuple[str, str], list[str]]  # (job_id, "source" | "sink") -> tables in order
+
+
+def _job_tables(rows: Iterable[Sequence[Any]]) -> JobTables:
+    tables: JobTables = {}
+    for job_id, kind, table, _ in sorted(rows, key=lambda row: row[3]):
+        tables.setdefault((job_id, kind), []).append(table)
+    return tables
+
+
+def _spec(job_id: str, external_sources: str, tables: JobTables) -> JobSpec:
+    return JobSpec(
+        job_id,
+        sources=tuple(tables.get((job_id, _SOURCE), ())),
+        sinks=tuple(tables.get((job_id, _SINK), ())),
+        external_sources=tuple(json.loads(external_sources)),
+    )
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What the job protocol reads of a registered job."""
+
+    spec: JobSpec
+    start_after: int  # barriers up to this one were issued before the job was registered
+    current_token: int  # the newest attached instance's fencing token
+
+
+def load_job(s: Session, job_id: str, *, lock: bool) -> JobState:
+    """The job's row and its tables, in one statement. ``lock``: load the row ``FOR
+    UPDATE`` (PostgreSQL), which serializes one job's operations across replicas."""
+    rows = s.connection().execute(_LOCKED_JOB if lock else _JOB, {"job_id": job_id}).all()
+    if not rows:
+        raise UnknownJobError(job_id)
+    external, start_after, token = rows[0][:3]
+    tables = _job_tables((job_id, kind, t, p) for *_, kind, t, p in rows if kind is not None)
+    return JobState(_spec(job_id, external, tables), start_after, token)
+
+
+def get_job(s: Session, job_id: str) -> JobRow:
+    job = s.get(JobRow, job_id)
+    if job is None:
+        raise UnknownJobError(job_id)
+    return job
+
+
+def lock_job(s: Session, job_id: str) -> JobRow:
+    """Load the job's row ``FOR UPDATE`` (PostgreSQL): serializes one job's operations."""
+    job = s.scalars(_LOCK_JOB, {"job_id": job_id}).first()
+    if job is None:
+        raise UnknownJobError(job_id)
+    return job
+
+
+def barrier(s: Session, barrier_id: int) -> Barrier:
+    row = s.get(BarrierRow, barrier_id)
+    if row is None:
+        raise UnknownBarrierError(barrier_id)
+    return Barrier(row.barrier_id, row.ts)
+
+
+def versions_at(s: Session, tables: Sequence[str], barrier_id: int) -> dict[str, TableVersion]:
+    """The tables' versions at a barrier (those that have one), in one statement."""
+    rows = s.connection().execute(_VERSIONS_AT, {"tables": list(tables), "at": barrier_id})
+    return {
+        table: TableVersion(table, at, snapshot_id, VersionState(state), processed, written)
+        for table, at, snapshot_id, state, processed, written in rows
+    }
+
+
+def sink_versions(s: Session, spec: JobSpec, barrier_id: int) -> dict[str, TableVersion]:
+    return versions_at(s, spec.sinks, barrier_id)
+
+
+def job_barrier(s: Session, job_id: str, barrier_id: int, token: int) -> JobBarrierRow:
+    """The job's progress row for a barrier, created on first use."""
+    row = s.get(JobBarrierRow, (job_id, barrier_id))
+    if row is None:
+        row = JobBarrierRow(job_id=job_id, barrier_id=barrier_id, token=token)
+        s.add(row)
+    row.token = token
+    return row
+
+
+def record_progress(
+    s: Session,
+    job_id: str,
+    barrier_id: int,
+    token: int,
+    *,
+    started: datetime | None = None,
+    processed: datetime | None = None,
+    written: datetime | None = None,
+) -> None:
+    """Record the job's progress on a barrier in one statement (its row is created on first
+    use): the reporting instance's token; ``started`` unless a start is recorded already;
+    ``processed`` and ``written`` when given."""
+    upsert = _progress_upsert(s.get_bind().dialect.name)
+    s.connection().execute(
+        upsert,
+        {
+            "job_id": job_id,
+            "barrier_id": barrier_id,
+            "token": token,
+            "started_at": started,
+            "processed_at": processed,
+            "written_at": written,
+        },
+    )
+
+
+@functools.cache
+def _progress_upsert(dialect: str) -> Executable:
+    # INSERT ... ON CONFLICT DO UPDATE reads the same on SQLite and PostgreSQL, but each
+    # dialect builds its own (the store supports only these two: see engine.py)
+    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(JobBarrierRow)
+    new = insert.excluded
+    return insert.on_conflict_do_update(
+        index_elements=[JobBarrierRow.job_id, JobBarrierRow.barrier_id],
+        set_={
+            "token": new.token,
+            "started_at": func.coalesce(JobBarrierRow.started_at, new.started_at),
+            "processed_at": func.coalesce(new.processed_at, JobBarrierRow.processed_at),
+            "written_at": func.coalesce(new.written_at, JobBarrierRow.written_at),
+        },
+    )

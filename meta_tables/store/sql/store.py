@@ -1,0 +1,368 @@
+"""The SQLAlchemy implementation of :class:`MetadataStore` (SQLite and PostgreSQL).
+
+This class is the transaction policy; the queries live in ``topology``,
+``protocol``, ``resolve`` and ``leases``. Each public method is one short
+transaction. Writes on SQLite begin with ``BEGIN IMMEDIATE`` (see ``engine.py``); on
+PostgreSQL a job's row is locked ``FOR UPDATE``, so reports, attaches and recoveries of one
+job are serialized across coordinator replicas. Conflicts (a unique key raced by another
+replica, a serialization failure, a busy SQLite file) are retried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pyarrow as pa
+from sqlalchemy import Engine, delete, select
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.orm import Session
+
+from lockstep.barrier.model import (
+    Barrier,
+    FoundVersion,
+    JobInstance,
+    JobProgress,
+    RecoveryPlan,
+    Revision,
+    TableRetention,
+    TableVersion,
+    VersionState,
+)
+from lockstep.errors import LockstepError, RevisionInProgressError, StoreError
+from lockstep.meta_tables.store.base import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
+from lockstep.meta_tables.store.sql import (
+    export,
+    leases,
+    protocol,
+    repair,
+    resolve,
+    retention,
+    revision,
+    rows,
+    topology,
+)
+from lockstep.meta_tables.store.sql.engine import WRITE_OPTION, create_store_engine
+from lockstep.meta_tables.store.sql.migrations import migrate
+from lockstep.meta_tables.store.sql.schema import (
+    BarrierRow,
+    JobBarrierRow,
+    LeaderRow,
+    TableVersionRow,
+)
+from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
+from lockstep.topology.graph import Topology
+from lockstep.topology.model import JobSpec
+
+if TYPE_CHECKING:
+    from lockstep.meta_tables.pushdown import Restriction
+
+T = TypeVar("T")
+Clock = Callable[[], datetime]
+MAX_ATTEMPTS = 5
+_RETRYABLE_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class SqlMetadataStore(MetadataStore):
+    """Metadata store over a SQLAlchemy engine.
+
+    >>> store = SqlMetadataStore.open("sqlite://")
+    >>> store.issue_barrier().barrier_id
+    1
+    """
+
+    def __init__(self, engine: Engine, *, clock: Clock = utc_now) -> None:
+        self._engine = engine
+        self._clock = clock
+        migrate(engine)
+
+    @classmethod
+    def open(cls, url: str, *, clock: Clock = utc_now) -> SqlMetadataStore:
+        """Open (and create or upgrade) the store at ``url``."""
+        return cls(create_store_engine(url), clock=clock)
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def _write(self, work: Callable[[Session], T]) -> T:
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                with self._engine.connect().execution_options(**{WRITE_OPTION: True}) as conn:
+                    with Session(bind=conn, expire_on_commit=False) as session:
+                        with session.begin():
+                            return work(session)
+            except LockstepError:
+                raise
+            except DBAPIError as e:
+                if attempt == MAX_ATTEMPTS or not _retryable(e):
+                    raise StoreError(f"metadata store write failed: {e.orig}") from e
+        raise AssertionError("unreachable")
+
+    def _read(self, work: Callable[[Session], T]) -> T:
+        try:
+            with Session(bind=self._engine, expire_on_commit=False) as session:
+                with session.begin():
+                    return work(session)
+        except LockstepError:
+            raise
+        except DBAPIError as e:
+            raise StoreError(f"metadata store read failed: {e.orig}") from e
+
+    # -- topology --------------------------------------------------------------------------
+
+    def register_job(self, spec: JobSpec) -> JobSpec:
+        return self._write(lambda s: topology.register_job(s, spec, self._clock()))
+
+    def unregister_job(self, job_id: str, *, force: bool = False) -> None:
+        self._write(lambda s: topology.unregister_job(s, job_id, force=force, now=self._clock()))
+
+    def topology(self) -> Topology:
+        return self._read(rows.load_topology)
+
+    def table_status(self, tables: Collection[str] | None = None) -> list[TableStatus]:
+        return self._read(lambda s: topology.table_status(s, tables))
+
+    # -- barriers --------------------------------------------------------------------------
+
+    def issue_barrier(self) -> Barrier:
+        return self._write(lambda s: protocol.issue_barrier(s, self._clock()))
+
+    def get_barrier(self, barrier_id: int) -> Barrier:
+        return self._read(lambda s: rows.barrier(s, barrier_id))
+
+    def list_barriers(self, *, limit: int | None = None) -> list[Barrier]:
+        query = select(BarrierRow).order_by(BarrierRow.barrier_id.desc()).limit(limit)
+        return self._read(lambda s: [Barrier(r.barrier_id, r.ts) for r in s.scalars(query)])
+
+    # -- job protocol ----------------------------------------------------------------------
+
+    def attach(self, job_id: str) -> JobInstance:
+        return self._write(lambda s: protocol.attach(s, job_id, self._clock()))
+
+    def next_barrier(self, job_id: str, token: int) -> Barrier | None:
+        # Polling is a read; only the first time a barrier is handed out is its start written.
+        barrier, needs_start = self._read(lambda s: protocol.find_next_barrier(s, job_id, token))
+        if barrier is None or not needs_start:
+            return barrier
+        return self._write(lambda s: protocol.start_next_barrier(s, job_id, token, self._clock()))
+
+    def report_processed(
+        self, job_id: str, token: int, barrier_id: int, snapshots: Mapping[str, int | None]
+    ) -> list[TableVersion]:
+        return self._write(
+            lambda s: protocol.report_processed(
+                s, job_id, token, barrier_id, snapshots, self._clock()
+            )
+        )
+
+    def report_written(
+        self,
+        job_id: str,
+        token: int,
+        barrier_id: int,
+        snapshots: Mapping[str, int | None] | None = None,
+    ) -> list[TableVersion]:
+        return self._write(
+            lambda s: protocol.report_written(
+                s, job_id, token, barrier_id, snapshots, self._clock()
+            )
+        )
+
+    def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
+        self._write(lambda s: protocol.report_aborted(s, job_id, token, barrier_id, self._clock()))
+
+    def persist_input_cut(
+        self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return self._write(
+            lambda s: protocol.persist_input_cut(
+                s, job_id, token, barrier_id, source, cut, self._clock()
+            )
+        )
+
+    def input_cuts(self, job_id: str, barrier_id: int) -> dict[str, dict[str, Any]]:
+        return self._read(lambda s: protocol.input_cuts(s, job_id, barrier_id))
+
+    def recovery_plan(self, job_id: str, token: int) -> RecoveryPlan:
+        return self._read(lambda s: protocol.recovery_plan(s, job_id, token))
+
+    def job_progress(self, job_id: str, *, limit: int | None = None) -> list[JobProgress]:
+        def work(s: Session) -> list[JobProgress]:
+            rows.get_job(s, job_id)
+            found = s.scalars(
+                select(JobBarrierRow)
+                .where(JobBarrierRow.job_id == job_id)
+                .order_by(JobBarrierRow.barrier_id.desc())
+                .limit(limit)
+            )
+            return [
+                JobProgress(job_id, r.barrier_id, r.started_at, r.processed_at, r.written_at)
+                for r in found
+            ]
+
+        return self._read(work)
+
+    def version_as_of(
+        self, table: str, barrier_id: int, *, written_only: bool = True
+    ) -> TableVersion | None:
+        def work(s: Session) -> TableVersion | None:
+            resolve.require_tables(s, [table])
+            query = (
+                select(TableVersionRow)
+                .where(
+                    TableVersionRow.table_name == table, TableVersionRow.barrier_id <= barrier_id
+                )
+                .order_by(TableVersionRow.barrier_id.desc())
+                .limit(1)
+            )
+            if written_only:
+                query = query.where(TableVersionRow.state == VersionState.WRITTEN.value)
+            row = s.scalars(query).first()
+            return rows.to_version(row) if row is not None else None
+
+        return self._read(work)
+
+    def table_versions(self, table: str, *, limit: int | None = None) -> list[TableVersion]:
+        def work(s: Session) -> list[TableVersion]:
+            resolve.require_tables(s, [table])
+            found = s.scalars(
+                select(TableVersionRow)
+                .where(TableVersionRow.table_name == table)
+                .order_by(TableVersionRow.barrier_id.desc())
+                .limit(limit)
+            )
+            return [rows.to_version(r) for r in found]
+
+        return self._read(work)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def resolve(
+        self, tables: Sequence[str], level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ
+    ) -> SnapshotSet:
+        level = ConsistencyLevel.parse(level)
+
+        def work(s: Session) -> SnapshotSet:
+            snapshot_set = resolve.resolve_snapshot_set(s, tables, level)
+            retention.check_readable(s, snapshot_set.versions.values(), "this read")
+            return snapshot_set
+
+        return self._read(work)
+
+    def acquire_lease(
+        self,
+        tables: Sequence[str],
+        level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ,
+        *,
+        ttl_s: float = DEFAULT_LEASE_TTL_S,
+        holder: str = "",
+    ) -> Lease:
+        level = ConsistencyLevel.parse(level)
+        leases.check_ttl(ttl_s)
+        return self._write(
+            lambda s: leases.acquire(
+                s, tables, level, ttl_s=ttl_s, holder=holder, now=self._clock()
+            )
+        )
+
+    def renew_lease(self, lease_id: str, *, ttl_s: float = DEFAULT_LEASE_TTL_S) -> Lease:
+        leases.check_ttl(ttl_s)
+        return self._write(lambda s: leases.renew(s, lease_id, ttl_s=ttl_s, now=self._clock()))
+
+    def release_lease(self, lease_id: str) -> None:
+        self._write(lambda s: leases.release(s, lease_id))
+
+    def active_leases(self) -> list[Lease]:
+        return self._read(lambda s: leases.active(s, self._clock()))
+
+    # -- operations (DESIGN §7) ----------------------------------------------------------------
+
+    def plan_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
+        return self._read(lambda s: revision.plan(s, table, to_barrier, full=full))
+
+    def begin_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
+        return self._write(
+            lambda s: revision.begin(s, table, to_barrier, full=full, now=self._clock())
+        )
+
+    def finish_revision(self, revision_id: int) -> Revision:
+        return self._write(lambda s: revision.finish(s, revision_id, self._clock()))
+
+    def revisions(self, *, limit: int | None = None) -> list[Revision]:
+        return self._read(lambda s: revision.listing(s, limit))
+
+    def plan_retention(self, retain_barriers: int) -> list[TableRetention]:
+        return self._read(lambda s: retention.plan(s, retain_barriers, self._clock()))
+
+    def record_retention(self, retain_barriers: int) -> list[TableRetention]:
+        def work(s: Session) -> list[TableRetention]:
+            revising = revision.in_progress(s)
+            if revising:
+                r = revising[0]
+                raise RevisionInProgressError(
+                    r.revision_id, r.table, r.to_barrier, "expiration waits for it"
+                )
+            return retention.record(s, retain_barriers, self._clock())
+
+        return self._write(work)
+
+    def restore_versions(self, found: Sequence[FoundVersion]) -> list[TableVersion]:
+        return self._write(lambda s: repair.restore(s, found, self._clock()))
+
+    # -- coordination between replicas --------------------------------------------------------
+
+    def try_lead(self, name: str, holder: str, *, ttl_s: float) -> bool:
+        def work(s: Session) -> bool:
+            now = self._clock()
+            row = s.scalars(
+                select(LeaderRow).where(LeaderRow.name == name).with_for_update()
+            ).first()
+            if row is None:
+                s.add(
+                    LeaderRow(name=name, holder=holder, expires_at=now + timedelta(seconds=ttl_s))
+                )
+                s.flush()  # a racing replica's insert fails here; the retry sees its row
+                return True
+            if row.holder != holder and row.expires_at > now:
+                return False
+            row.holder = holder
+            row.expires_at = now + timedelta(seconds=ttl_s)
+            return True
+
+        return self._write(work)
+
+    def resign(self, name: str, holder: str) -> None:
+        self._write(
+            lambda s: s.execute(
+                delete(LeaderRow).where(LeaderRow.name == name, LeaderRow.holder == holder)
+            )
+        )
+
+    # -- meta tables -----------------------------------------------------------------------
+
+    def export_tables(
+        self, names: Collection[str], where: Sequence[Restriction] = ()
+    ) -> dict[str, pa.Table]:
+        return self._read(lambda s: export.export_tables(s, names, where))
+
+
+def _retryable(error: DBAPIError) -> bool:
+    if isinstance(error, IntegrityError):
+        return True  # a unique key raced by another writer: re-check and re-apply
+    if getattr(error.orig, "sqlstate", None) in _RETRYABLE_SQLSTATES:
+        return True
+    return "database is locked" in str(error.orig)

@@ -1,0 +1,115 @@
+"""Topology operations of the SQL store: register, unregister, table status."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from datetime import datetime
+
+from sqlalchemy import delete, func, select, text
+from sqlalchemy.orm import Session
+
+from lockstep.barrier.model import CommitState
+from lockstep.errors import DependentJobsError, JobExistsError, PendingCommitsError
+from lockstep.meta_tables.store.base import TableStatus
+from lockstep.meta_tables.store.sql import protocol, resolve
+from lockstep.meta_tables.store.sql.rows import load_topology, lock_job, spec_of
+from lockstep.meta_tables.store.sql.schema import (
+    BarrierRow,
+    JobInstanceRow,
+    JobRow,
+    JobSinkRow,
+    JobSourceRow,
+    PendingCommitRow,
+    TableRow,
+)
+from lockstep.topology.model import JobSpec, TableType
+
+_PG_TOPOLOGY_LOCK = 0x4C53544F  # advisory lock key: one topology change at a time
+
+
+def lock_topology(s: Session) -> None:
+    """Serialize topology changes: a cycle spans several jobs, so no single row or unique
+    key can catch two concurrent registrations that close one. SQLite's write transaction
+    (BEGIN IMMEDIATE) already serializes; PostgreSQL takes a transaction advisory lock."""
+    if s.get_bind().dialect.name == "postgresql":
+        s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_TOPOLOGY_LOCK})
+
+
+def register_job(s: Session, spec: JobSpec, now: datetime) -> JobSpec:
+    lock_topology(s)
+    current = load_topology(s)  # a constant number of statements, however many jobs
+    if any(job.job_id == spec.job_id for job in current.jobs):
+        existing = current.job(spec.job_id)
+        if existing.same_definition(spec):
+            return existing
+        raise JobExistsError(spec.job_id)
+    current.with_job(spec)  # raises CycleError / ConcurrentWriterError
+    tables = list(dict.fromkeys((*spec.sources, *spec.sinks)))
+    known = set(s.scalars(select(TableRow.table_name).where(TableRow.table_name.in_(tables))))
+    s.add_all(TableRow(table_name=t, created_at=now) for t in tables if t not in known)
+    s.add(
+        JobRow(
+            job_id=spec.job_id,
+            external_sources=json.dumps(list(spec.external_sources)),
+            # barriers issued before registration predate the job: it starts after them
+            start_after=s.scalar(select(func.max(BarrierRow.barrier_id))) or 0,
+            current_token=0,
+            registered_at=now,
+        )
+    )
+    s.flush()
+    s.add_all(
+        JobSourceRow(job_id=spec.job_id, table_name=t, position=i)
+        for i, t in enumerate(spec.sources)
+    )
+    s.add_all(
+        JobSinkRow(job_id=spec.job_id, table_name=t, position=i) for i, t in enumerate(spec.sinks)
+    )
+    return spec
+
+
+def unregister_job(s: Session, job_id: str, *, force: bool, now: datetime) -> None:
+    lock_topology(s)
+    job = lock_job(s, job_id)
+    pending = sorted(
+        set(
+            s.scalars(
+                select(PendingCommitRow.barrier_id).where(
+                    PendingCommitRow.job_id == job_id,
+                    PendingCommitRow.state == CommitState.PENDING.value,
+                )
+            )
+        )
+    )
+    spec = spec_of(s, job)
+    if not force:
+        topo = load_topology(s)
+        dependents = sorted({r for t in spec.sinks for r in topo.readers_of(t)})
+        if dependents:
+            raise DependentJobsError(job_id, dependents)
+        if pending:
+            raise PendingCommitsError(job_id, pending)
+    for barrier_id in pending:
+        protocol.abort_barrier(s, spec, barrier_id, now)
+    for model in (JobSourceRow, JobSinkRow, JobInstanceRow, JobRow):
+        s.execute(delete(model).where(model.job_id == job_id))
+
+
+def table_status(s: Session, tables: Collection[str] | None) -> list[TableStatus]:
+    topo = load_topology(s)
+    names = sorted(s.scalars(select(TableRow.table_name)))
+    if tables is not None:
+        resolve.require_tables(s, list(tables))
+        names = [t for t in names if t in set(tables)]
+    in_topology = set(topo.tables)
+    return [
+        TableStatus(
+            table=t,
+            writer=topo.writer_of(t) if t in in_topology else None,
+            table_type=topo.table_type(t) if t in in_topology else TableType.UNWRITTEN,
+            latest_processed=resolve.newest_barrier(s, t, written_only=False),
+            latest_written=resolve.newest_barrier(s, t, written_only=True),
+        )
+        for t in names
+    ]
