@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from lockstep.topology.model import TableType
+
 
 class VersionState(str, enum.Enum):
     """State of a table's version for one barrier (DESIGN §2)."""
@@ -29,6 +31,17 @@ class Barrier:
 
     barrier_id: int
     ts: datetime
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    """A managed table's writer, derived type and newest versions."""
+
+    table: str
+    writer: str | None
+    table_type: TableType
+    latest_processed: int | None
+    latest_written: int | None
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from lockstep.barrier.model import Barrier, JobInstance, RecoveryPlan, TableVersion
+from lockstep.barrier.ports import JobProtocolStore
 from lockstep.errors import LockstepError
-from lockstep.meta_tables.store.base import MetadataStore
 
 STOP_CHECK_S = 0.05  # how soon a waiting job notices its stop event
 
@@ -68,7 +68,7 @@ class JobSession:
     ['WRITTEN']
     """
 
-    def __init__(self, store: MetadataStore, instance: JobInstance) -> None:
+    def __init__(self, store: JobProtocolStore, instance: JobInstance) -> None:
         self._store = store
         self.instance = instance
 

@@ -68,7 +68,8 @@ class LockstepPipeline:
         """Issue ``barriers`` barriers every ``interval_s``; return once all are written in
         every table. The jobs are attached before the first barrier (all start at 1)."""
         runners = [
-            JobRunner(self.ls, job, self.spark.newSession(), self.ls.iceberg) for job in self.jobs
+            JobRunner(self.ls.store, job, self.spark.newSession(), self.ls.iceberg)
+            for job in self.jobs
         ]
         if self.ls.barriers(limit=1):
             raise LockstepError("the benchmark needs a fresh Lockstep home (no barriers yet)")

@@ -225,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = ls.spark()
         for job_id in args.jobs:
             job = bind_root_sources(jobs[job_id], ls.store)
-            done = JobRunner(ls, job, spark.newSession(), ls.iceberg).run(until_idle=True)
+            done = JobRunner(ls.store, job, spark.newSession(), ls.iceberg).run(until_idle=True)
             print(f"{job_id}: {done} barriers", flush=True)
         spark.stop()
     return 0

@@ -323,7 +323,7 @@ def run_demo(
     spark = spark or ls.spark()
     try:
         runners = [
-            JobRunner(ls, job, spark.newSession(), ls.iceberg, progress=say)
+            JobRunner(ls.store, job, spark.newSession(), ls.iceberg, progress=say)
             for job in shopping.JOBS
         ]
         for runner in runners:

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Literal
 import pyarrow as pa
 
 from lockstep.barrier.iceberg.tables import IcebergTables
-from lockstep.barrier.model import Barrier, Revision
+from lockstep.barrier.model import Barrier, Revision, TableStatus
 from lockstep.barrier.session import JobSession
 from lockstep.config import LockstepConfig
 from lockstep.errors import ConfigurationError, LockstepError
-from lockstep.meta_tables.store.base import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
-from lockstep.readers.model import ConsistencyLevel, SnapshotSet
+from lockstep.meta_tables.store.base import MetadataStore
+from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, SnapshotSet
 from lockstep.readers.session import ReadSession
 from lockstep.topology.graph import LineageEntry, Topology
 from lockstep.topology.model import JobSpec

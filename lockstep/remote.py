@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 import pyarrow as pa
 
+from lockstep.api import wire
 from lockstep.barrier.model import (
     Barrier,
     FoundVersion,
@@ -25,12 +26,12 @@ from lockstep.barrier.model import (
     RecoveryPlan,
     Revision,
     TableRetention,
+    TableStatus,
     TableVersion,
 )
 from lockstep.errors import ConfigurationError, StoreError
-from lockstep.meta_tables.store.base import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
-from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
-from lockstep.service import wire
+from lockstep.meta_tables.store.base import MetadataStore
+from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, Lease, SnapshotSet
 from lockstep.topology.graph import Topology
 from lockstep.topology.model import JobSpec
 

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 from lockstep.errors import InvalidRequestError, NoWrittenBarrierError
 
 if TYPE_CHECKING:
-    from lockstep.meta_tables.store.base import MetadataStore, TableStatus
+    from lockstep.barrier.model import TableStatus
+    from lockstep.meta_tables.store.base import MetadataStore
     from lockstep.topology.graph import Topology
 
 DEFAULT_DELAY_BARRIERS = 10

@@ -13,7 +13,7 @@ from lockstep.meta_tables.views import VIEWS
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lockstep.facade import Lockstep
+    from lockstep.meta_tables.store.base import MetadataStore
 
 
 def spark_ddl(schema: pa.Schema) -> str:
@@ -41,15 +41,15 @@ def _as_utc(value: Any) -> Any:
     return value
 
 
-def register_meta_views(ls: Lockstep, spark: SparkSession) -> list[str]:
+def register_meta_views(store: MetadataStore, spark: SparkSession) -> list[str]:
     """Register every ``__META_*`` view in ``spark``; returns their names.
 
-    >>> register_meta_views(ls, spark)  # doctest: +SKIP
+    >>> register_meta_views(ls.store, spark)  # doctest: +SKIP
     >>> spark.sql("SELECT * FROM __META_LINEAGE").show()  # doctest: +SKIP
     """
     names = []
     for view in VIEWS:
-        table = ls.sql(f"SELECT * FROM {view.name}")
+        table = store.query_meta(f"SELECT * FROM {view.name}")
         rows = [tuple(_as_utc(v) for v in r.values()) for r in table.to_pylist()]
         frame = spark.createDataFrame(rows, schema=spark_ddl(table.schema))
         frame.createOrReplaceTempView(view.name)

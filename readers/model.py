@@ -9,6 +9,8 @@ from datetime import datetime
 from lockstep.barrier.model import TableVersion
 from lockstep.errors import LockstepError
 
+DEFAULT_LEASE_TTL_S = 600.0  # how long a read lease holds its snapshots unless renewed
+
 
 class ConsistencyLevel(str, enum.Enum):
     """How a snapshot set is chosen (DESIGN §3)."""

@@ -7,9 +7,10 @@ so every table is seen at the same barrier and re-reading returns the same data.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from lockstep.errors import ConfigurationError, UnknownTableError
+from lockstep.readers.model import DEFAULT_LEASE_TTL_S
 
 if TYPE_CHECKING:
     import duckdb
@@ -17,8 +18,15 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from lockstep.barrier.iceberg.tables import IcebergTables
-    from lockstep.meta_tables.store.base import MetadataStore
     from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
+
+
+class LeaseStore(Protocol):
+    """What a read session asks of the metadata store: to keep or give back its lease."""
+
+    def renew_lease(self, lease_id: str, *, ttl_s: float = DEFAULT_LEASE_TTL_S) -> Lease: ...
+
+    def release_lease(self, lease_id: str) -> None: ...
 
 
 def view_name(table: str) -> str:
@@ -35,7 +43,7 @@ class ReadSession:
     """
 
     def __init__(
-        self, store: MetadataStore, lease: Lease, tables: IcebergTables | None = None
+        self, store: LeaseStore, lease: Lease, tables: IcebergTables | None = None
     ) -> None:
         self._store = store
         self._lease = lease

@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with lockstep.connect(args.home) as ls:
         spark = ls.spark()
         for job_id in args.jobs:
-            runner = JobRunner(ls, by_id[job_id], spark.newSession(), ls.iceberg)
+            runner = JobRunner(ls.store, by_id[job_id], spark.newSession(), ls.iceberg)
             done = runner.run(until_idle=True)
             print(f"{job_id}: {done} barriers", flush=True)
         spark.stop()

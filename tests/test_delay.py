@@ -334,7 +334,8 @@ def test_spark_pipeline_names_the_sleeping_job_as_bottleneck(
     spark_ls: Lockstep, spark_base: SparkSession, capsys: pytest.CaptureFixture[str]
 ) -> None:
     runners = [
-        JobRunner(spark_ls, job, spark_base.newSession(), spark_ls.iceberg) for job in spark_jobs()
+        JobRunner(spark_ls.store, job, spark_base.newSession(), spark_ls.iceberg)
+        for job in spark_jobs()
     ]
     for runner in runners:
         runner.start()

@@ -83,7 +83,8 @@ def test_deep_pipeline_matches_ground_truth_at_every_barrier(
     spark_ls: Lockstep, spark_base: SparkSession
 ) -> None:
     runners = [
-        JobRunner(spark_ls, job, spark_base.newSession(), spark_ls.iceberg) for job in deep.JOBS
+        JobRunner(spark_ls.store, job, spark_base.newSession(), spark_ls.iceberg)
+        for job in deep.JOBS
     ]
     for runner in runners:
         runner.start()  # registered before the first barrier: every job starts at barrier 1

@@ -150,7 +150,7 @@ def test_fenced_instance_can_neither_report_nor_publish(
     move main, report, or take another barrier; the new instance finishes its work."""
     job = shopping_jobs()[0]
     tables = spark_ls.iceberg
-    stale = JobRunner(spark_ls, job, spark_base.newSession(), tables)
+    stale = JobRunner(spark_ls.store, job, spark_base.newSession(), tables)
     stale.start()
     spark_ls.issue_barrier()
     assert stale.run(until_idle=True) == 1
@@ -169,7 +169,7 @@ def test_fenced_instance_can_neither_report_nor_publish(
     assert tables.ref_head(stale.spark, "shopping", "main") == barrier_1
     assert states(spark_ls, "shopping") == [(1, W), (2, P)]
 
-    fresh = JobRunner(spark_ls, job, spark_base.newSession(), tables)
+    fresh = JobRunner(spark_ls.store, job, spark_base.newSession(), tables)
     fresh.start()  # recovers: publishes exactly what the stale instance pre-committed
     assert states(spark_ls, "shopping") == [(1, W), (2, W)]
     assert tables.ref_head(fresh.spark, "shopping", "main") == snapshots["shopping"]

@@ -409,7 +409,7 @@ def test_orders_example_loads_each_order_once_and_aggregates_per_barrier(
     orders_kafka.produce_orders(ORDERS, topic=kafka_topic, servers=kafka_bootstrap)
     load, totals = orders_kafka.orders_jobs(kafka_topic, kafka_bootstrap)
     runners = [
-        JobRunner(kafka_ls, bound, spark_base.newSession(), kafka_ls.iceberg)
+        JobRunner(kafka_ls.store, bound, spark_base.newSession(), kafka_ls.iceberg)
         for bound in (bind_root_sources(job, kafka_ls.store) for job in (load, totals))
     ]
     for runner in runners:

@@ -30,7 +30,7 @@ TABLES = ["shopping", *AGGREGATES]
 
 
 def _runners(ls: Lockstep, spark: Any, jobs: Iterable[Job]) -> dict[str, JobRunner]:
-    runners = {j.job_id: JobRunner(ls, j, spark.newSession(), ls.iceberg) for j in jobs}
+    runners = {j.job_id: JobRunner(ls.store, j, spark.newSession(), ls.iceberg) for j in jobs}
     for runner in runners.values():
         runner.start()
     return runners
@@ -277,7 +277,7 @@ def test_repair_after_deleting_the_metadata_store(spark_ls: Lockstep, spark_base
     ls = Lockstep(fresh, spark_ls.config)
     for job in jobs:  # the topology is not in the tables: register the jobs again
         fresh.register_job(job.spec())
-    early = JobRunner(ls, jobs[0], spark_base.newSession(), ls.iceberg)
+    early = JobRunner(ls.store, jobs[0], spark_base.newSession(), ls.iceberg)
     with pytest.raises(LockstepError, match="run `lockstep repair` before starting jobs"):
         early.start()  # a job must not build on a main the store knows nothing of
     dry = ls.repair(dry_run=True)

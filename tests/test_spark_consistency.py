@@ -114,7 +114,7 @@ def test_reads_during_the_pipeline_are_consistent(
             BARRIERS + 1
         )
     runners = [
-        JobRunner(spark_ls, job, spark_base.newSession(), spark_ls.iceberg)
+        JobRunner(spark_ls.store, job, spark_base.newSession(), spark_ls.iceberg)
         for job in shopping_jobs()
     ]
     for runner in runners:

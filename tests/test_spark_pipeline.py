@@ -29,7 +29,7 @@ def test_every_written_version_is_the_sum_over_shopping_at_its_barrier(
     spark_ls: Lockstep, spark_base: SparkSession
 ) -> None:
     runners = [
-        JobRunner(spark_ls, job, spark_base.newSession(), spark_ls.iceberg)
+        JobRunner(spark_ls.store, job, spark_base.newSession(), spark_ls.iceberg)
         for job in shopping_jobs(EMPTY)
     ]
     for runner in runners:

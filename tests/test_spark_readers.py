@@ -56,7 +56,9 @@ def test_readers_answer_the_dashboard_at_one_barrier(
         shopping.sum_amount,
         shopping.sum_price,
     ]
-    runners = [JobRunner(spark_ls, j, spark_base.newSession(), spark_ls.iceberg) for j in jobs]
+    runners = [
+        JobRunner(spark_ls.store, j, spark_base.newSession(), spark_ls.iceberg) for j in jobs
+    ]
     for runner in runners:
         runner.start()
 
@@ -103,7 +105,7 @@ def test_readers_answer_the_dashboard_at_one_barrier(
         assert dashboard([tuple(r) for r in spark_1.sql(DASHBOARD).collect()]) == at_1
 
         # the meta tables, from Spark SQL
-        names = register_meta_views(spark_ls, spark_2)
+        names = register_meta_views(spark_ls.store, spark_2)
         assert {"__META_LINEAGE", "__META_TABLE_VERSION", "__META_LEASE"} <= set(names)
         lineage = spark_2.sql(
             "SELECT table_name, upstream_table, depth FROM __META_LINEAGE ORDER BY table_name"
@@ -168,7 +170,7 @@ def test_time_range_source_cuts_at_barrier_ts_and_replays_the_persisted_cut(
         root_sources=[source],
         schemas={"events": EVENTS_DDL},
     )
-    runner = JobRunner(spark_ls, job, spark_base.newSession(), spark_ls.iceberg)
+    runner = JobRunner(spark_ls.store, job, spark_base.newSession(), spark_ls.iceberg)
     runner.start()
     b1, b2 = spark_ls.issue_barrier(), spark_ls.issue_barrier()
     micro = timedelta(microseconds=1)
@@ -209,7 +211,7 @@ def test_time_range_source_cuts_at_barrier_ts_and_replays_the_persisted_cut(
     # a late record for an already cut range arrives meanwhile: the replay must not take it
     write_events(folder, "part-1", {"e0": b2.ts - timedelta(seconds=1)})
 
-    restarted = JobRunner(spark_ls, job, spark_base.newSession(), spark_ls.iceberg)
+    restarted = JobRunner(spark_ls.store, job, spark_base.newSession(), spark_ls.iceberg)
     restarted.start()  # drops the dirty barrier 3 ...
     assert restarted.run(until_idle=True) == 1  # ... and replays it with the persisted cut
     assert spark_ls.store.input_cuts("load_events", 3)["events_feed"] == cut_3
@@ -228,7 +230,7 @@ def test_meta_view_times_in_spark_are_utc_whatever_the_local_zone(
     time.tzset()
     try:
         spark = spark_base.newSession()
-        register_meta_views(spark_ls, spark)
+        register_meta_views(spark_ls.store, spark)
         row = spark.sql("SELECT barrier_id, unix_micros(ts) AS us FROM __META_BARRIER").first()
     finally:
         monkeypatch.undo()

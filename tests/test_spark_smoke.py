@@ -46,7 +46,7 @@ def test_job_that_died_staging_a_new_table_recovers(
     exist yet) could not recover: resetting its branch failed ("main has no snapshot")."""
     tables = spark_ls.iceberg
     job = events_job(crash_in={1})
-    first = JobRunner(spark_ls, job, spark_base.newSession(), tables)
+    first = JobRunner(spark_ls.store, job, spark_base.newSession(), tables)
     first.start()
     spark_ls.issue_barrier()
     with pytest.raises(Crash):
@@ -54,7 +54,7 @@ def test_job_that_died_staging_a_new_table_recovers(
     assert tables.ref_head(first.spark, "events", "main") is None
     assert tables.staged_head(first.spark, "events", job.job_id) is not None
 
-    restarted = JobRunner(spark_ls, job, spark_base.newSession(), tables)
+    restarted = JobRunner(spark_ls.store, job, spark_base.newSession(), tables)
     restarted.start()  # drops the dirty barrier 1 ...
     assert restarted.run(until_idle=True) == 1  # ... and replays it
     head = tables.ref_head(restarted.spark, "events", "main")
@@ -68,7 +68,7 @@ def test_publish_is_idempotent_and_publishes_exactly_the_staged_snapshot(
 ) -> None:
     tables = spark_ls.iceberg
     job = events_job(crash_in=set())
-    runner = JobRunner(spark_ls, job, spark_base.newSession(), tables)
+    runner = JobRunner(spark_ls.store, job, spark_base.newSession(), tables)
     runner.start()
     spark_ls.issue_barrier()
     assert runner.run(until_idle=True) == 1
@@ -115,7 +115,7 @@ def test_run_resumes_after_a_failed_publish(spark_ls: Lockstep, spark_base: Spar
     tables = FlakyTables(
         spark_ls.iceberg.catalog, spark_ls.iceberg.warehouse, failures=["transient"]
     )
-    runner = JobRunner(spark_ls, events_job(crash_in=set()), spark_base.newSession(), tables)
+    runner = JobRunner(spark_ls.store, events_job(crash_in=set()), spark_base.newSession(), tables)
     runner.start()
     spark_ls.issue_barrier()
     with pytest.raises(IcebergError, match="transient"):

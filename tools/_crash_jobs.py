@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     threads = []
     for job_id in args.jobs:
-        runner = JobRunner(ls, by_id[job_id], spark.newSession(), ls.iceberg, progress=say)
+        runner = JobRunner(ls.store, by_id[job_id], spark.newSession(), ls.iceberg, progress=say)
         threads.append(threading.Thread(target=job_thread, args=(runner,), name=job_id))
     for thread in threads:
         thread.start()

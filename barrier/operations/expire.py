@@ -21,7 +21,7 @@ from lockstep.barrier.model import TableRetention
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lockstep.meta_tables.store.base import MetadataStore
+    from lockstep.barrier.ports import RetentionStore
 
 Progress = Callable[[str], None]
 DEFAULT_RETAIN_BARRIERS = 10
@@ -41,7 +41,7 @@ class TableExpiration:
 
 
 def expire(
-    store: MetadataStore,
+    store: RetentionStore,
     tables: IcebergTables,
     spark: SparkSession | None,
     *,

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from lockstep.barrier.iceberg import maintenance
 from lockstep.barrier.iceberg.tables import REVISION_PROPERTY, IcebergTables
 from lockstep.barrier.model import FoundVersion, TableVersion, VersionState
+from lockstep.barrier.ports import RepairStore
 from lockstep.errors import InvalidRequestError
-from lockstep.meta_tables.store.base import MetadataStore
 
 Progress = Callable[[str], None]
 
@@ -51,7 +51,7 @@ class RepairReport:
 
 
 def repair(
-    store: MetadataStore,
+    store: RepairStore,
     tables: IcebergTables,
     *,
     dry_run: bool = False,

@@ -24,13 +24,13 @@ from lockstep.barrier.model import Revision
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lockstep.meta_tables.store.base import MetadataStore
+    from lockstep.barrier.ports import RevisionStore
 
 Progress = Callable[[str], None]
 
 
 def revise(
-    store: MetadataStore,
+    store: RevisionStore,
     tables: IcebergTables,
     spark: SparkSession,
     table: str,

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from lockstep.barrier.iceberg.tables import IcebergTables
 from lockstep.barrier.model import Barrier
+from lockstep.barrier.ports import JobRuntimeStore
 from lockstep.errors import LockstepError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from lockstep.barrier.runtime.runner import Job
-    from lockstep.facade import Lockstep
 
 
 class BarrierContext:
@@ -30,7 +30,7 @@ class BarrierContext:
     def __init__(
         self,
         *,
-        ls: Lockstep,
+        store: JobRuntimeStore,
         job: Job,
         spark: SparkSession,
         tables: IcebergTables,
@@ -38,7 +38,7 @@ class BarrierContext:
         previous: Barrier | None,
         cuts: Mapping[str, Mapping[str, Any]],
     ) -> None:
-        self.ls = ls
+        self.store = store
         self.job = job
         self.spark = spark
         self.tables = tables
@@ -63,7 +63,7 @@ class BarrierContext:
     def source_snapshot_id(self, source: str, barrier_id: int | None = None) -> int | None:
         """The source's WRITTEN snapshot at a barrier (default: this one)."""
         self._require_source(source)
-        version = self.ls.store.version_as_of(source, barrier_id or self.barrier_id)
+        version = self.store.version_as_of(source, barrier_id or self.barrier_id)
         return version.snapshot_id if version is not None else None
 
     def snapshot(self, source: str) -> DataFrame:

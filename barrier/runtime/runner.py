@@ -29,7 +29,9 @@ from lockstep.barrier.iceberg.tables import (
     commit_properties,
 )
 from lockstep.barrier.model import Barrier
+from lockstep.barrier.ports import JobRuntimeStore
 from lockstep.barrier.runtime.context import BarrierContext
+from lockstep.barrier.session import JobSession
 from lockstep.barrier.sources.base import RootSource
 from lockstep.errors import LockstepError
 from lockstep.topology.model import JobSpec
@@ -37,8 +39,6 @@ from lockstep.topology.model import JobSpec
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lockstep.barrier.session import JobSession
-    from lockstep.facade import Lockstep
 
 StepFn = Callable[[BarrierContext], None]
 Progress = Callable[[str], None]
@@ -74,20 +74,20 @@ class Job:
 class JobRunner:
     """Runs one job against a coordinator on its own Spark session.
 
-    >>> runner = JobRunner(ls, job, spark.newSession(), tables)  # doctest: +SKIP
+    >>> runner = JobRunner(ls.store, job, spark.newSession(), ls.iceberg)  # doctest: +SKIP
     >>> runner.run(max_barriers=3)  # doctest: +SKIP
     """
 
     def __init__(
         self,
-        ls: Lockstep,
+        store: JobRuntimeStore,
         job: Job,
         spark: SparkSession,
         tables: IcebergTables,
         *,
         progress: Progress | None = None,
     ) -> None:
-        self.ls = ls
+        self.store = store
         self.job = job
         self.spark = spark
         self.tables = tables
@@ -104,8 +104,8 @@ class JobRunner:
 
     def start(self) -> JobSession:
         """Register (idempotent), attach as a new instance (fencing older ones), recover."""
-        self.ls.store.register_job(self.job.spec())
-        self._session = self.ls.attach(self.job.job_id)
+        self.store.register_job(self.job.spec())
+        self._session = JobSession(self.store, self.store.attach(self.job.job_id))
         self.recover()
         self._interrupted = False
         return self._session
@@ -139,7 +139,7 @@ class JobRunner:
             if not self.tables.exists(self.spark, table):
                 continue
             on_main = self.tables.main_barrier(self.spark, table)
-            recorded = self.ls.store.version_as_of(table, _NEWEST)
+            recorded = self.store.version_as_of(table, _NEWEST)
             newest = recorded.barrier_id if recorded is not None else 0
             if on_main is None or on_main <= newest:
                 continue
@@ -161,7 +161,7 @@ class JobRunner:
 
     def _revised(self, table: str, barrier_id: int) -> bool:
         """Whether a revision discarded ``table``'s version at ``barrier_id``."""
-        for revision in self.ls.store.revisions(limit=20):
+        for revision in self.store.revisions(limit=20):
             for t in revision.tables:
                 if t.table == table and (t.keep_barrier or 0) < barrier_id <= (
                     t.newest_barrier or 0
@@ -236,7 +236,7 @@ class JobRunner:
             if self.tables.exists(self.spark, table):
                 self.tables.reset_branch(self.spark, table, job_id)
         ctx = BarrierContext(
-            ls=self.ls,
+            store=self.store,
             job=self.job,
             spark=self.spark,
             tables=self.tables,
@@ -276,7 +276,7 @@ class JobRunner:
         persisted before anything is read."""
         if not self.job.root_sources:
             return {}
-        store, job_id, b = self.ls.store, self.job.job_id, barrier.barrier_id
+        store, job_id, b = self.store, self.job.job_id, barrier.barrier_id
         persisted = store.input_cuts(job_id, b)
         before = store.input_cuts(job_id, previous.barrier_id) if previous is not None else {}
         cuts = {}
@@ -292,10 +292,10 @@ class JobRunner:
         """The job's last written barrier before this one (None on its first barrier)."""
         written = [
             p.barrier_id
-            for p in self.ls.store.job_progress(self.job.job_id, limit=4)
+            for p in self.store.job_progress(self.job.job_id, limit=4)
             if p.written_at is not None and p.barrier_id < barrier_id
         ]
-        return self.ls.store.get_barrier(max(written)) if written else None
+        return self.store.get_barrier(max(written)) if written else None
 
     def _publish(self, table: str, barrier_id: int, snapshot_id: int | None) -> int | None:
         """Make ``snapshot_id`` main's head unless main already holds the barrier (published

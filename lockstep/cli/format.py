@@ -20,8 +20,8 @@ from lockstep.topology.model import JobSpec, TableType
 if TYPE_CHECKING:  # keep `lockstep --help` from loading Arrow and SQLAlchemy
     import pyarrow as pa
 
+    from lockstep.barrier.model import TableStatus
     from lockstep.demo import DemoSummary
-    from lockstep.meta_tables.store.base import TableStatus
     from lockstep.readers.model import SnapshotSet
 
 MISSING = "-"

@@ -37,7 +37,7 @@ def cmd_run(args: argparse.Namespace) -> Output:
     progress: Callable[[str], None] = _quiet if args.json else print
     with connect(args.target) as ls:
         spark = ls.spark(**({"master": args.master} if args.master else {}))
-        runner = JobRunner(ls, job, spark, ls.iceberg, progress=progress)
+        runner = JobRunner(ls.store, job, spark, ls.iceberg, progress=progress)
         # after Spark starts: PySpark's own SIGINT handler would cancel the running Spark job
         with stop_on_signals("stopping after the current barrier") as stop:
             runner.start()

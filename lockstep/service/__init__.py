@@ -1,1 +1,1 @@
-"""The coordinator as a shared HTTP service (FastAPI), and its wire format."""
+"""The coordinator as a shared HTTP service (FastAPI); its wire format is lockstep.api."""

@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from lockstep.api import wire
 from lockstep.barrier.model import (
     Barrier,
     FoundVersion,
@@ -27,14 +28,14 @@ from lockstep.barrier.model import (
     RecoveryPlan,
     Revision,
     TableRetention,
+    TableStatus,
     TableVersion,
 )
 from lockstep.errors import InvalidRequestError, LockstepError
 from lockstep.meta_tables.query import run_meta_query
-from lockstep.meta_tables.store.base import MetadataStore, TableStatus
+from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql.schema import to_micros
 from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
-from lockstep.service import wire
 from lockstep.service.auth import Role, role_of
 from lockstep.service.status import collect_status, render_status_page
 from lockstep.topology.model import JobSpec

@@ -2,6 +2,8 @@
 (:mod:`.sql`, SQLite and PostgreSQL). The HTTP client of the service is a third backend;
 ``lockstep.stores.open_store(target)`` picks one."""
 
-from lockstep.meta_tables.store.base import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
+from lockstep.barrier.model import TableStatus
+from lockstep.meta_tables.store.base import MetadataStore
+from lockstep.readers.model import DEFAULT_LEASE_TTL_S
 
 __all__ = ["DEFAULT_LEASE_TTL_S", "MetadataStore", "TableStatus"]

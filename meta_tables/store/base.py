@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -24,27 +23,15 @@ from lockstep.barrier.model import (
     RecoveryPlan,
     Revision,
     TableRetention,
+    TableStatus,
     TableVersion,
 )
-from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
+from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, Lease, SnapshotSet
 from lockstep.topology.graph import Topology
-from lockstep.topology.model import JobSpec, TableType
+from lockstep.topology.model import JobSpec
 
 if TYPE_CHECKING:
     from lockstep.meta_tables.pushdown import Restriction
-
-DEFAULT_LEASE_TTL_S = 600.0
-
-
-@dataclass(frozen=True)
-class TableStatus:
-    """A managed table's writer, derived type and newest versions."""
-
-    table: str
-    writer: str | None
-    table_type: TableType
-    latest_processed: int | None
-    latest_written: int | None
 
 
 class MetadataStore(abc.ABC):

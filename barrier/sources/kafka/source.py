@@ -265,7 +265,7 @@ def bind_root_sources(job: Job, history: CutHistory) -> Job:
     """The job with its Kafka sources bound to its persisted cuts.
 
     >>> job = bind_root_sources(load_orders, ls.store)  # doctest: +SKIP
-    >>> JobRunner(ls, job, spark, ls.iceberg).run()  # doctest: +SKIP
+    >>> JobRunner(ls.store, job, spark, ls.iceberg).run()  # doctest: +SKIP
     """
     sources = [
         s.bind(history, job.job_id) if isinstance(s, KafkaSource) else s for s in job.root_sources

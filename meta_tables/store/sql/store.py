@@ -27,11 +27,12 @@ from lockstep.barrier.model import (
     RecoveryPlan,
     Revision,
     TableRetention,
+    TableStatus,
     TableVersion,
     VersionState,
 )
 from lockstep.errors import LockstepError, RevisionInProgressError, StoreError
-from lockstep.meta_tables.store.base import DEFAULT_LEASE_TTL_S, MetadataStore, TableStatus
+from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql import (
     export,
     leases,
@@ -51,7 +52,7 @@ from lockstep.meta_tables.store.sql.schema import (
     LeaderRow,
     TableVersionRow,
 )
-from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
+from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, Lease, SnapshotSet
 from lockstep.topology.graph import Topology
 from lockstep.topology.model import JobSpec
 

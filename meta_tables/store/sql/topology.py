@@ -9,9 +9,8 @@ from datetime import datetime
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
-from lockstep.barrier.model import CommitState
+from lockstep.barrier.model import CommitState, TableStatus
 from lockstep.errors import DependentJobsError, JobExistsError, PendingCommitsError
-from lockstep.meta_tables.store.base import TableStatus
 from lockstep.meta_tables.store.sql import protocol, resolve
 from lockstep.meta_tables.store.sql.rows import load_topology, lock_job, spec_of
 from lockstep.meta_tables.store.sql.schema import (

@@ -1,0 +1,190 @@
+"""The dependency rule: lower rooms never import higher ones, folders never import in a circle.
+
+The rooms, lowest first (docs/architecture.md draws them). A module may import its own room
+and the rooms before it, never one after it; ``TYPE_CHECKING`` and function-level imports
+count too, since a lazy upward import is still a tangle.
+
+==============  =================================================================
+errors          ``lockstep.errors``: the one error hierarchy
+topology        the graph of jobs and tables: names, validation, lineage, rendering
+barrier         value types, protocol rules, the issuer, job sessions, the Spark runtime,
+                root sources, the Iceberg adapter, the operations (ports to the store)
+readers         consistency levels, snapshot sets, read sessions
+meta_tables     the store interface and its SQL implementation, the meta views and
+                their query engine, delay reports
+api             the HTTP contract shared by service and client: routes, wire format
+core            ``lockstep`` itself: facade, config, the store registry, the HTTP client
+examples        example pipelines: user code, as a user writes it
+service         the coordinator service (FastAPI, auth, status page, uvicorn)
+cli             the command line, the demo and the walkthrough
+==============  =================================================================
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Collection, Iterable, Mapping
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+ROOMS = (
+    "errors",
+    "topology",
+    "barrier",
+    "readers",
+    "meta_tables",
+    "api",
+    "core",
+    "examples",
+    "service",
+    "cli",
+)
+# Source folders and the package each one is installed as (pyproject's package-dir).
+PACKAGE_DIRS = {
+    "lockstep": "lockstep",
+    "topology": "lockstep.topology",
+    "barrier": "lockstep.barrier",
+    "readers": "lockstep.readers",
+    "meta_tables": "lockstep.meta_tables",
+    "examples": "lockstep.examples",
+}
+_ROOM_OF_PREFIX = {
+    "lockstep.errors": "errors",
+    "lockstep.topology": "topology",
+    "lockstep.barrier": "barrier",
+    "lockstep.readers": "readers",
+    "lockstep.meta_tables": "meta_tables",
+    "lockstep.examples": "examples",
+    "lockstep.api": "api",
+    "lockstep.service": "service",
+    "lockstep.cli": "cli",
+    "lockstep.demo": "cli",
+    "lockstep.walkthrough": "cli",
+}
+
+
+def room_of(module: str) -> str | None:
+    """The room of a ``lockstep`` module (None: not ours)."""
+    if module != "lockstep" and not module.startswith("lockstep."):
+        return None
+    for prefix, room in _ROOM_OF_PREFIX.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return room
+    return "core"
+
+
+def module_name(path: Path) -> str:
+    """``barrier/runtime/runner.py`` -> ``lockstep.barrier.runtime.runner``."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    package = PACKAGE_DIRS[parts[0]]
+    rest = parts[1:]
+    if rest and rest[-1] == "__init__":
+        rest = rest[:-1]
+    return ".".join([package, *rest])
+
+
+def imported_modules(tree: ast.AST, modules: Collection[str]) -> Iterable[tuple[str, int]]:
+    """Every module a source imports, with the line (``from package import module``
+    counts as importing that module)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                yielded = submodule if submodule in modules else node.module
+                yield yielded, node.lineno
+
+
+def folder_of(module: str, is_package: bool) -> str:
+    return module if is_package else module.rsplit(".", 1)[0]
+
+
+def violations(sources: Mapping[str, tuple[str, str]]) -> list[str]:
+    """Broken rules in ``sources`` ({module: (file shown in messages, source text)}).
+
+    An upward import names the file, the line and both rooms; a circle between folders
+    names the folders in the circle.
+    """
+    found = []
+    folders = nx.DiGraph()
+    packages = {m for m, (shown, _) in sources.items() if shown.endswith("__init__.py")}
+    for module, (shown, text) in sorted(sources.items()):
+        room = room_of(module)
+        assert room is not None, module
+        folder = folder_of(module, module in packages)
+        for target, line in imported_modules(ast.parse(text, shown), sources):
+            target_room = room_of(target)
+            if target_room is None:
+                continue
+            if ROOMS.index(target_room) > ROOMS.index(room):
+                found.append(
+                    f"{shown}:{line}: {module} ({room}) imports {target} ({target_room}), "
+                    f"a higher room; the rule is {' < '.join(ROOMS)}"
+                )
+            target_folder = folder_of(target, target in packages)
+            if target not in sources and target_folder not in packages:
+                target_folder = target.rsplit(".", 1)[0]  # a name imported from a module
+            if target_folder != folder and not folder.startswith(target_folder + "."):
+                folders.add_edge(folder, target_folder)
+    for cycle in nx.simple_cycles(folders):
+        found.append(f"folders import each other in a circle: {' -> '.join([*cycle, cycle[0]])}")
+    return found
+
+
+def project_sources() -> dict[str, tuple[str, str]]:
+    sources = {}
+    for folder in PACKAGE_DIRS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            shown = str(path.relative_to(ROOT))
+            sources[module_name(path)] = (shown, path.read_text())
+    return sources
+
+
+def test_no_upward_or_circular_imports() -> None:
+    assert violations(project_sources()) == []
+
+
+def test_every_module_has_a_room() -> None:
+    rooms = {room_of(module) for module in project_sources()}
+    assert rooms <= set(ROOMS)
+    assert {"errors", "topology", "barrier", "readers", "meta_tables", "core", "cli"} <= rooms
+
+
+def test_an_upward_import_is_caught_with_file_and_line() -> None:
+    sources = project_sources()
+    shown, text = sources["lockstep.topology.graph"]
+    sources["lockstep.topology.graph"] = (shown, text + "\nfrom lockstep.barrier import model\n")
+    upward, *circles = violations(sources)
+    line = text.count("\n") + 2
+    assert upward == (
+        f"{shown}:{line}: lockstep.topology.graph (topology) imports lockstep.barrier.model "
+        f"(barrier), a higher room; the rule is {' < '.join(ROOMS)}"
+    )
+    assert circles
+    assert all("circle" in c and "lockstep.topology" in c for c in circles)
+
+
+def test_a_lazy_upward_import_is_caught_too() -> None:
+    sources = project_sources()
+    shown, text = sources["lockstep.barrier.session"]
+    lazy = "\n\ndef _sneaky() -> None:\n    from lockstep.facade import connect  # noqa\n"
+    sources["lockstep.barrier.session"] = (shown, text + lazy)
+    upward = [v for v in violations(sources) if "higher room" in v]
+    assert [v.split(": ", 1)[0] for v in upward] == [f"{shown}:{text.count(chr(10)) + 4}"]
+
+
+def test_a_circle_between_folders_of_one_room_is_caught() -> None:
+    sources = project_sources()
+    shown, text = sources["lockstep.barrier.iceberg.tables"]
+    sources["lockstep.barrier.iceberg.tables"] = (
+        shown,
+        text + "\nfrom lockstep.barrier.runtime.runner import Job\n",
+    )
+    circles = [v for v in violations(sources) if "circle" in v]
+    assert circles, "barrier.runtime imports barrier.iceberg; the reverse closes a circle"
+    assert all("lockstep.barrier.iceberg" in c and "lockstep.barrier.runtime" in c for c in circles)
