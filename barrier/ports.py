@@ -9,21 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from lockstep.barrier.model import (
-    Barrier,
-    FoundVersion,
-    JobInstance,
-    JobProgress,
-    RecoveryPlan,
-    Revision,
-    TableRetention,
-    TableStatus,
-    TableVersion,
-)
-from lockstep.topology.graph import Topology
-from lockstep.topology.model import JobSpec
+if TYPE_CHECKING:
+    from lockstep.barrier.model import (
+        Barrier,
+        FoundVersion,
+        JobInstance,
+        JobProgress,
+        RecoveryPlan,
+        Revision,
+        TableRetention,
+        TableStatus,
+        TableVersion,
+    )
+    from lockstep.topology.graph import Topology
+    from lockstep.topology.model import JobSpec
 
 
 class JobProtocolStore(Protocol):

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from lockstep.errors import ConfigurationError
+from lockstep.stores import is_embedded, normalize_store_url
 
 HOME_ENV = "LOCKSTEP_HOME"
 DEFAULT_HOME = ".lockstep"
@@ -36,17 +37,7 @@ class LockstepConfig(BaseModel):
             target = os.environ.get(HOME_ENV) or DEFAULT_HOME
         text = os.fspath(target)
         if "://" in text:
-            scheme = text.split("://", 1)[0].lower()
-            if scheme in ("http", "https"):
-                return cls(store_url=text.rstrip("/"))
-            if scheme.startswith(("sqlite", "postgresql", "postgres")):
-                if scheme.startswith("postgres") and not scheme.startswith("postgresql"):
-                    text = "postgresql" + text[len(scheme) :]
-                return cls(store_url=text)
-            raise ConfigurationError(
-                f"unsupported target {text!r}: give a home directory, a sqlite:/// or "
-                "postgresql:// store URL, or an http:// coordinator service"
-            )
+            return cls(store_url=normalize_store_url(text))
         home = Path(text).expanduser().resolve()
         if home.exists() and not home.is_dir():
             raise ConfigurationError(f"Lockstep home {home} exists and is not a directory")
@@ -57,7 +48,7 @@ class LockstepConfig(BaseModel):
     @property
     def is_remote(self) -> bool:
         """A coordinator service reached over HTTP (not a store opened in-process)."""
-        return self.store_url.startswith(("http://", "https://"))
+        return not is_embedded(self.store_url)
 
     def prepare(self) -> None:
         """Create the home and warehouse directories (on first use, not at import)."""

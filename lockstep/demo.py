@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from lockstep.barrier.coordinator import BarrierIssuer, OnDemand
 from lockstep.cli.format import arrow_rows
 from lockstep.errors import LockstepError, NoConsistentBarrierError
 from lockstep.readers.model import ConsistencyLevel
@@ -208,7 +209,6 @@ class _Pipeline:
         self.progress = progress
         self.stop = threading.Event()
         self.errors: list[tuple[str, BaseException]] = []
-        self.roots = [t for r in runners if not r.job.sources for t in r.job.sinks]
 
     def start_jobs(self) -> list[threading.Thread]:
         threads = [
@@ -250,29 +250,39 @@ class _Pipeline:
         """Issue ``barriers`` barriers on demand; return once all are written everywhere.
 
         The next barrier is issued when the root jobs have written every issued barrier
-        (they are idle) and no table is more than one barrier behind them.
+        (they are idle) and no table is more than one barrier behind them: at most two
+        barriers in flight (:class:`~lockstep.barrier.coordinator.OnDemand`).
         """
-        issued = committed = 0
-        last_change, seen = time.monotonic(), dict[str, int]()
-        while committed < barriers:
-            self._check_jobs()
-            written = self._written()
-            while committed < min(written.values()):
-                committed += 1
-                on_commit(committed)
-            roots_idle = all(written[t] >= issued for t in self.roots)
-            if issued < barriers and roots_idle and min(written.values()) >= issued - 1:
-                issued += 1
-                self.progress(f"barrier {self.ls.issue_barrier().barrier_id} issued")
-                continue
-            if written != seen:
-                last_change, seen = time.monotonic(), written
-            elif time.monotonic() - last_change > STALL_TIMEOUT_S:
-                raise LockstepError(
-                    f"the demo stalled: no table written for {STALL_TIMEOUT_S:.0f}s "
-                    f"(newest barrier written per table: {written})"
-                )
-            self.stop.wait(POLL_S)
+        issuer = BarrierIssuer(
+            self.ls.store,
+            OnDemand(max_in_flight=2, root_lag=0),
+            on_issue=lambda barrier: self.progress(f"barrier {barrier.barrier_id} issued"),
+        )
+        try:
+            committed = 0
+            last_change, seen = time.monotonic(), dict[str, int]()
+            asked_on: dict[str, int] | None = None
+            while committed < barriers:
+                self._check_jobs()
+                written = self._written()
+                while committed < min(written.values()):
+                    committed += 1
+                    on_commit(committed)
+                # the policy decides on the tables' progress: ask it again only when it moved
+                if issuer.issued < barriers and written != asked_on:
+                    asked_on = written
+                    if issuer.tick() is not None:
+                        continue
+                if written != seen:
+                    last_change, seen = time.monotonic(), written
+                elif time.monotonic() - last_change > STALL_TIMEOUT_S:
+                    raise LockstepError(
+                        f"the demo stalled: no table written for {STALL_TIMEOUT_S:.0f}s "
+                        f"(newest barrier written per table: {written})"
+                    )
+                self.stop.wait(POLL_S)
+        finally:
+            issuer.resign()
 
 
 @dataclass(frozen=True)

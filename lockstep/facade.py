@@ -18,6 +18,7 @@ from lockstep.errors import ConfigurationError, LockstepError
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, SnapshotSet
 from lockstep.readers.session import ReadSession
+from lockstep.stores import open_store
 from lockstep.topology.graph import LineageEntry, Topology
 from lockstep.topology.model import JobSpec
 
@@ -255,28 +256,9 @@ def connect(
     config = LockstepConfig.from_target(target)
     if warehouse is not None:
         config = config.model_copy(update={"warehouse": Path(warehouse)})
-    if config.is_remote:
-        from lockstep.remote import (
-            DEFAULT_QUERY_TIMEOUT_S,
-            DEFAULT_TIMEOUT_S,
-            RemoteMetadataStore,
-        )
-
-        store = RemoteMetadataStore(
-            config.store_url,
-            token=token,
-            timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s,
-            query_timeout_s=DEFAULT_QUERY_TIMEOUT_S if query_timeout_s is None else query_timeout_s,
-        )
-        return Lockstep(store, config)
-    timeouts = {"timeout_s": timeout_s, "query_timeout_s": query_timeout_s}
-    given = [name for name, value in timeouts.items() if value is not None]
-    if given:
-        raise ConfigurationError(
-            f"{', '.join(given)} apply to a coordinator service (http://…), not to "
-            f"{config.store_url}: an embedded store has no client timeouts"
-        )
-    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
-
-    config.prepare()
-    return Lockstep(SqlMetadataStore.open(config.store_url), config)
+    if not config.is_remote:
+        config.prepare()
+    store = open_store(
+        config.store_url, token=token, timeout_s=timeout_s, query_timeout_s=query_timeout_s
+    )
+    return Lockstep(store, config)

@@ -2,35 +2,15 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from datetime import datetime
 
 from lockstep.barrier.model import TableVersion
-from lockstep.errors import LockstepError
+from lockstep.readers.levels import ConsistencyLevel
+
+__all__ = ["DEFAULT_LEASE_TTL_S", "ConsistencyLevel", "Lease", "SnapshotSet"]
 
 DEFAULT_LEASE_TTL_S = 600.0  # how long a read lease holds its snapshots unless renewed
-
-
-class ConsistencyLevel(str, enum.Enum):
-    """How a snapshot set is chosen (DESIGN §3)."""
-
-    READ_UNCOMMITTED = "read_uncommitted"  # newest snapshot of each table; may mix barriers
-    READ_COMMITTED = "read_committed"  # newest barrier PROCESSED in all; may go backwards
-    REPEATABLE_READ = "repeatable_read"  # newest barrier WRITTEN in all; never goes backwards
-
-    @classmethod
-    def parse(cls, value: str | ConsistencyLevel) -> ConsistencyLevel:
-        if isinstance(value, ConsistencyLevel):
-            return value
-        normalized = str(value).strip().lower().replace("-", "_").replace(" ", "_")
-        try:
-            return cls(normalized)
-        except ValueError:
-            choices = ", ".join(level.value for level in cls)
-            raise LockstepError(
-                f"unknown consistency level {value!r}; use one of {choices}"
-            ) from None
 
 
 @dataclass(frozen=True)

@@ -23,26 +23,9 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from lockstep.facade import Lockstep
 
 STOP_FILE = "stop_issuer"
 POLL_S = 0.1
-
-
-def due(ls: Lockstep, roots: Sequence[str], *, lag: int, min_interval_s: float) -> bool:
-    """Whether the next barrier should be issued now."""
-    latest = ls.barriers(limit=1)
-    if not latest:
-        return True
-    issued = latest[0].barrier_id
-    if (ls.store.now() - latest[0].ts).total_seconds() < min_interval_s:
-        return False
-    written = {t.table: t.latest_written or 0 for t in ls.tables()}
-    # the roots get the next barrier while they finish this one; nothing lags more than `lag`
-    return all(written[r] >= issued - 1 for r in roots) and min(written.values()) >= issued - lag
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,17 +37,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import lockstep
+    from lockstep.barrier.coordinator import BarrierIssuer, OnDemand
     from lockstep.errors import StoreError
 
     ls = lockstep.connect(args.target)
-    roots = [t for job in ls.topology().jobs if job.is_root for t in job.sinks]
+    # the roots get the next barrier while they finish this one; nothing lags more than --lag
+    policy = OnDemand(max_in_flight=args.lag + 1, root_lag=1, min_interval_s=args.min_interval)
+    issuer = BarrierIssuer(
+        ls.store,
+        policy,
+        # a SIGKILLed issuer's successor takes over after this long
+        lease_ttl_s=2.0,
+        on_issue=lambda barrier: print(f"issued barrier {barrier.barrier_id}", flush=True),
+    )
     while not (args.run_dir / STOP_FILE).exists():
         try:
-            if due(ls, roots, lag=args.lag, min_interval_s=args.min_interval):
-                print(f"issued barrier {ls.issue_barrier().barrier_id}", flush=True)
+            issuer.tick()
         except StoreError as e:  # a service replica killed under us: look again
             print(f"store error: {e}", flush=True)
         time.sleep(POLL_S)
+    issuer.resign()
     ls.close()
     return 0
 

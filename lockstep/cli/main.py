@@ -46,6 +46,7 @@ from lockstep.errors import LockstepError
 from lockstep.meta_tables.delay import DEFAULT_DELAY_BARRIERS
 
 if TYPE_CHECKING:  # the facade pulls in SQLAlchemy, DuckDB and Arrow: load it lazily
+    from lockstep.barrier.model import Barrier
     from lockstep.facade import Lockstep
     from lockstep.meta_tables.delay import CriticalPath, DelayReport
 
@@ -108,15 +109,25 @@ def cmd_barrier_issue(ls: Lockstep, args: argparse.Namespace) -> Output:
         barrier = ls.issue_barrier()
         data = {"barrier_id": barrier.barrier_id, "ts": barrier.ts}
         return Output(data, f"issued barrier {barrier.barrier_id} at {format_cell(barrier.ts)} UTC")
+    from lockstep.barrier.coordinator import BarrierIssuer, Interval
+
     progress = _quiet if args.json else print
     issued: list[dict[str, Any]] = []
+
+    def issued_one(barrier: Barrier) -> None:
+        issued.append({"barrier_id": barrier.barrier_id, "ts": barrier.ts})
+        progress(f"issued barrier {barrier.barrier_id} at {format_cell(barrier.ts)} UTC")
+
+    # The same issuer as the service's ticker: it holds the store's leadership lease while
+    # it runs, so two loops (or a loop and a service) never both issue.
+    issuer = BarrierIssuer(ls.store, Interval(args.every), on_issue=issued_one)
     with stop_on_signals("stopping") as stop:
-        while args.count is None or len(issued) < args.count:
-            barrier = ls.issue_barrier()
-            issued.append({"barrier_id": barrier.barrier_id, "ts": barrier.ts})
-            progress(f"issued barrier {barrier.barrier_id} at {format_cell(barrier.ts)} UTC")
-            if len(issued) == args.count or stop.wait(args.every):
-                break
+        if not issuer.leads():
+            progress(
+                "another issuer holds the barrier leadership (a service's --barrier-interval "
+                "or another `barrier issue --every`): waiting until it stops"
+            )
+        issuer.run(stop, count=args.count)
     return Output(issued, f"issued {len(issued)} barrier{'' if len(issued) == 1 else 's'}")
 
 

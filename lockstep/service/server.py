@@ -2,80 +2,42 @@
 
 Several replicas may serve one PostgreSQL store. Barrier ids stay gap-free and unique
 because issuing is one database transaction (a racing insert of the same id fails and is
-retried). Issuing on an interval runs in exactly one replica at a time: each replica's
-ticker takes a leadership lease in the store and only the holder issues; when it dies its
-lease runs out and another replica's ticker takes over.
+retried). Issuing on an interval runs in exactly one replica at a time: each replica runs a
+:class:`~lockstep.barrier.coordinator.BarrierIssuer`, which takes a leadership lease in the
+store, and only the holder issues; when it dies its lease runs out and another replica's
+issuer takes over.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
-import socket
 import sys
 import threading
-import uuid
-from datetime import timedelta
 from pathlib import Path
 
-from lockstep.meta_tables.store.base import MetadataStore
+from lockstep.barrier.coordinator import BackgroundIssuer, BarrierIssuer, Interval
+from lockstep.errors import ConfigurationError
 from lockstep.service.settings import ServiceSettings
+from lockstep.stores import is_embedded, open_store
 
-TICKER = "barrier-ticker"
 log = logging.getLogger("lockstep.service")
-
-
-class BarrierTicker:
-    """Issues a barrier every ``interval_s`` while this replica holds the ticker lease."""
-
-    def __init__(self, store: MetadataStore, interval_s: float, *, holder: str | None = None):
-        self.store = store
-        self.interval_s = interval_s
-        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.issued = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="barrier-ticker", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self.store.resign(TICKER, self.holder)
-
-    def tick(self) -> bool:
-        """One round: lead (or not), and issue a barrier if the last one is old enough."""
-        ttl = max(3 * self.interval_s, 2.0)
-        if not self.store.try_lead(TICKER, self.holder, ttl_s=ttl):
-            return False
-        latest = self.store.list_barriers(limit=1)
-        due = not latest or self.store.now() - latest[0].ts >= timedelta(seconds=self.interval_s)
-        if due:
-            self.store.issue_barrier()
-            self.issued += 1
-        return due
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.tick()
-            except Exception:  # keep ticking through a store hiccup; log it
-                log.exception("barrier ticker round failed")
-            self._stop.wait(min(self.interval_s / 2, 1.0))
 
 
 def serve(settings: ServiceSettings) -> None:
     """Run the service until interrupted (blocking)."""
     import uvicorn
 
-    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
     from lockstep.service.app import create_app
     from lockstep.service.auth import load_tokens
 
-    store = SqlMetadataStore.open(settings.store)
+    if not is_embedded(settings.store):
+        raise ConfigurationError(
+            f"the service keeps its state in a SQL store (sqlite:///… or postgresql://…), "
+            f"not {settings.store}"
+        )
+    store = open_store(settings.store)
     tokens = load_tokens(settings.token_file) if settings.token_file else None
     if tokens is None:
         log.warning("no token file: the service accepts every request (development only)")
@@ -86,7 +48,7 @@ def serve(settings: ServiceSettings) -> None:
         sql_max_rows=settings.sql_max_rows,
     )
     interval = settings.barrier_interval_s
-    ticker = BarrierTicker(store, interval) if interval else None
+    ticker = BackgroundIssuer(BarrierIssuer(store, Interval(interval))) if interval else None
     if ticker is not None:
         ticker.start()
     if threading.current_thread() is threading.main_thread():

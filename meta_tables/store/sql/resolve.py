@@ -122,14 +122,14 @@ def resolve_snapshot_set(
     if not tables:
         raise UnknownTableError([], hint="name at least one table to read")
     require_tables(session, tables)
-    written_only = level is ConsistencyLevel.REPEATABLE_READ
+    written_only = level.semantics.written_only
     newest = newest_barriers(session, tables, written_only=written_only)
     empty = [t for t, b in newest.items() if b is None]
     if empty:
         raise NoConsistentBarrierError(
             level.value, tables, empty, f"{', '.join(map(repr, empty))} has no version yet"
         )
-    if level is ConsistencyLevel.READ_UNCOMMITTED:
+    if not level.semantics.common_barrier:
         rows = _newest_rows(session, {t: b for t, b in newest.items() if b is not None})
         return SnapshotSet(level, None, {t: to_version(rows[t]) for t in tables})
     candidate = min(b for b in newest.values() if b is not None)
