@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import TableRetention, TableVersion
+from lockstep.barrier.operations import rules
 from lockstep.errors import InvalidRequestError, SnapshotExpiredError
 from lockstep.meta_tables.store.sql.resolve import WRITTEN, newest_barrier
 from lockstep.meta_tables.store.sql.schema import (
@@ -146,7 +147,7 @@ def _retention(
             pins.append((barrier_id, f"lease {lease_id[:8]}"))
     if not pins:
         return TableRetention(table, None, None, (), (), before)
-    keep_from = max(before, min(b for b, _ in pins))
+    keep_from, pinned_by = rules.retention_horizon(pins, before)
     keep_snapshot = s.scalar(  # the oldest live version from the horizon on
         select(TV.snapshot_id)
         .where(TV.table_name == table, TV.barrier_id >= keep_from)
@@ -157,7 +158,7 @@ def _retention(
         table=table,
         keep_from=keep_from,
         keep_snapshot=keep_snapshot,
-        pinned_by=tuple(why for b, why in sorted(pins) if b == keep_from),
+        pinned_by=pinned_by,
         leased_snapshots=tuple(sorted({snap for _, _, snap in leases if snap is not None})),
         kept_from_before=before,
     )

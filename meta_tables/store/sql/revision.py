@@ -18,6 +18,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import CommitState, RevisedTable, Revision, RevisionState
+from lockstep.barrier.operations import rules
 from lockstep.errors import InvalidRequestError, RevisionInProgressError, SnapshotExpiredError
 from lockstep.meta_tables.store.sql import retention
 from lockstep.meta_tables.store.sql.resolve import WRITTEN, require_tables
@@ -80,24 +81,12 @@ def plan(s: Session, table: str, to_barrier: int, *, full: bool) -> Revision:
 def begin(s: Session, table: str, to_barrier: int, *, full: bool, now: datetime) -> Revision:
     """Fence the closure's jobs and reset their metadata to the target barrier; resumes (returns)
     an identical revision that is still in progress."""
-    target = 0 if full else to_barrier
-    for open_revision in in_progress(s):
-        if (open_revision.table, open_revision.to_barrier, open_revision.full) == (
-            table,
-            target,
-            full,
-        ):
-            return open_revision
+    open_revisions = in_progress(s)
+    resumed = rules.resumable(open_revisions, table, 0 if full else to_barrier, full)
+    if resumed is not None:
+        return resumed
     revision = plan(s, table, to_barrier, full=full)
-    for open_revision in in_progress(s):
-        shared = sorted(set(open_revision.jobs) & set(revision.jobs))
-        if shared:
-            raise RevisionInProgressError(
-                open_revision.revision_id,
-                open_revision.table,
-                open_revision.to_barrier,
-                f"it also revises job(s) {', '.join(shared)}",
-            )
+    rules.check_no_overlap(open_revisions, revision)
     for job_id in sorted(revision.jobs):  # a fixed lock order: no deadlock between revisions
         lock_job(s, job_id).current_token += 1  # fences every running instance
     row = RevisionRow(
