@@ -29,8 +29,8 @@ from lockstep.errors import (
     UnknownJobError,
     UnknownTableError,
 )
+from lockstep.meta_tables.inputs import INPUTS
 from lockstep.meta_tables.store.base import MetadataStore
-from lockstep.meta_tables.store.sql.export import EXPORTABLE
 from lockstep.readers.model import ConsistencyLevel
 from lockstep.topology.model import JobSpec, TableType
 
@@ -42,7 +42,7 @@ AGGREGATES = ["user_item_amount", "user_item_price"]
 
 def dump(store: MetadataStore) -> dict[str, Any]:
     """Every base table's content, to prove a refused call changed nothing."""
-    return {name: table.to_pylist() for name, table in store.export_tables(EXPORTABLE).items()}
+    return {name: table.to_pylist() for name, table in store.export_tables(sorted(INPUTS)).items()}
 
 
 class StoreContract:
@@ -445,3 +445,16 @@ class StoreContract:
         with pytest.raises(NoConsistentBarrierError):
             store.acquire_lease(["shopping"], RR)
         assert store.active_leases() == []
+
+    # -- the meta views' inputs ----------------------------------------------------------------
+
+    def test_export_gives_the_declared_view_inputs(self, store: MetadataStore) -> None:
+        register(store)
+        store.issue_barrier()
+        run_barrier(store, "load_shopping", store.attach("load_shopping").token)
+        exported = store.export_tables(sorted(INPUTS))
+        assert sorted(exported) == sorted(INPUTS)
+        for name, table in exported.items():
+            assert table.schema.equals(INPUTS[name]), name
+        assert exported["ls_barrier"].column("barrier_id").to_pylist() == [1]
+        assert exported["ls_table_version"].num_rows == 1

@@ -9,51 +9,39 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 import pyarrow as pa
-from sqlalchemy import BigInteger, Boolean, ColumnElement, Integer, Table, select, type_coerce
+from sqlalchemy import BigInteger, ColumnElement, Table, select, type_coerce
 from sqlalchemy.orm import Session
 
 from lockstep.errors import MetaQueryError
+from lockstep.meta_tables.inputs import INPUTS
 from lockstep.meta_tables.pushdown import Restriction
 from lockstep.meta_tables.store.sql.schema import (
     Base,
     JobSourceRow,
-    SchemaVersionRow,
     TableVersionRow,
     UtcMicros,
 )
 from lockstep.meta_tables.views import Via
 
-EXPORTABLE = sorted(name for name in Base.metadata.tables if name != SchemaVersionRow.__tablename__)
-
-
-def arrow_schema(table: Table) -> pa.Schema:
-    fields = []
-    for column in table.columns:
-        kind = column.type
-        if isinstance(kind, (UtcMicros, BigInteger, Integer)):
-            fields.append(pa.field(column.name, pa.int64()))
-        elif isinstance(kind, Boolean):
-            fields.append(pa.field(column.name, pa.bool_()))
-        else:
-            fields.append(pa.field(column.name, pa.string()))
-    return pa.schema(fields)
+EXPORTABLE = sorted(INPUTS)  # the views' inputs: this store keeps tables of the same names
 
 
 def export_tables(
     session: Session, names: Collection[str], where: Sequence[Restriction] = ()
 ) -> dict[str, pa.Table]:
-    """The named base tables as Arrow; ``where`` keeps only the rows a query can need."""
+    """The named view inputs as Arrow (the columns :data:`INPUTS` declares); ``where``
+    keeps only the rows a query can need."""
     unknown = sorted(set(names) - set(EXPORTABLE))
     if unknown:
         raise MetaQueryError(f"no such base table(s): {', '.join(unknown)}")
     out = {}
     for name in names:
         table = Base.metadata.tables[name]
-        schema = arrow_schema(table)
+        schema = INPUTS[name]
         # Times leave undecorated, as the int micros they are stored as.
         raw = [
             type_coerce(c, BigInteger()).label(c.name) if isinstance(c.type, UtcMicros) else c
-            for c in table.columns
+            for c in (table.c[column] for column in schema.names)
         ]
         filters = _filters(session, table, where)
         rows = session.execute(select(*raw).where(*filters)).all()
