@@ -180,9 +180,17 @@ def _constant(expression: Mapping[str, Any]) -> Value | None:
         return None
     value = expression.get("value") or {}
     raw = None if value.get("is_null") else value.get("value")
-    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
-        return None
-    return raw
+    # Only exact integers and text are pushed: a DECIMAL's value is serialized scaled
+    # (2.5 as 25), and floats, huge integers or dates would need DuckDB's casts.
+    kind = (value.get("type") or {}).get("id")
+    if kind in _INTEGER_TYPES and isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if kind == "VARCHAR" and isinstance(raw, str):
+        return raw
+    return None
+
+
+_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT"})
 
 
 def _well_typed(condition: _Condition) -> bool:

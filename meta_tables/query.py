@@ -4,8 +4,13 @@ The query gets its own DuckDB connection with only the base tables it needs (as 
 the views, all temporary to that connection, so concurrent queries never see each other's.
 The connections share one in-memory database per process (opening a database costs ~15 ms,
 a connection to it microseconds) whose external access (files, network, extensions) is
-disabled and whose configuration is locked. Only a single SELECT (or EXPLAIN) is accepted:
-the meta tables are read-only.
+disabled, whose memory is bounded and whose configuration is locked.
+
+Only a single SELECT is accepted (or EXPLAIN [ANALYZE] of one), as DuckDB's own parser
+classifies it: the meta tables are read-only, and since the database is shared, nothing a
+query does may outlive it. After each query the database is checked for anything
+persistent (a table, view, macro or sequence outside the query's temporary schema); if
+something slipped through, the database is replaced and the query refused.
 """
 
 from __future__ import annotations
@@ -18,14 +23,19 @@ from collections.abc import Callable, Collection, Sequence
 import duckdb
 import pyarrow as pa
 
-from lockstep.errors import MetaQueryError, ReadOnlyQueryError
+from lockstep.errors import ConfigurationError, MetaQueryError, ReadOnlyQueryError
 from lockstep.meta_tables.pushdown import Restriction, plan_pushdown
 from lockstep.meta_tables.views import VIEWS, base_tables_for, with_view_dependencies
 
 Exporter = Callable[[Collection[str], Sequence[Restriction]], dict[str, pa.Table]]
 
-_ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 _META_NAME = re.compile(r"__META_[A-Z_]+", re.IGNORECASE)
+# What EXPLAIN [ANALYZE] [(options)] puts before the statement it explains.
+_EXPLAIN_PREFIX = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^()]*\)\s*)?", re.IGNORECASE)
+DEFAULT_MEMORY_LIMIT = "1GB"  # per process, for all meta queries together
+MEMORY_LIMIT_ENV = "LOCKSTEP_META_SQL_MEMORY_LIMIT"
+DEFAULT_MAX_RESULT_BYTES = 256 * 1024 * 1024
+DEFAULT_TIMEOUT_S = 60.0  # a query running longer is interrupted (the service sets its own)
 DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "enable_external_access": False,
     "autoinstall_known_extensions": False,
@@ -33,6 +43,15 @@ DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "allow_community_extensions": False,
     "threads": 1,
 }
+# Anything a query could leave behind in the shared database, outside its temp schema.
+_PERSISTENT_OBJECTS = """
+SELECT (SELECT count(*) FROM duckdb_tables() WHERE database_name <> 'temp')
+     + (SELECT count(*) FROM duckdb_views() WHERE database_name <> 'temp' AND NOT internal)
+     + (SELECT count(*) FROM duckdb_functions()
+        WHERE database_name <> 'temp' AND NOT internal
+          AND function_type IN ('macro', 'table_macro'))
+     + (SELECT count(*) FROM duckdb_sequences() WHERE database_name <> 'temp')
+"""
 
 
 _database: tuple[int, duckdb.DuckDBPyConnection] | None = None  # (pid, connection)
@@ -44,24 +63,62 @@ def _connect() -> duckdb.DuckDBPyConnection:
     global _database
     with _database_lock:
         if _database is None or _database[0] != os.getpid():  # none yet, or forked
-            database = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
+            memory = os.environ.get(MEMORY_LIMIT_ENV) or DEFAULT_MEMORY_LIMIT
+            try:
+                database = duckdb.connect(
+                    ":memory:", config={**DUCKDB_CONFIG, "memory_limit": memory}
+                )
+            except duckdb.Error as e:
+                raise ConfigurationError(
+                    f"{MEMORY_LIMIT_ENV}={memory!r} is not a memory size DuckDB understands "
+                    f"(such as 512MB or 2GB): {e}"
+                ) from e
             database.execute("SET lock_configuration = true")
             _database = (os.getpid(), database)
         return _database[1].cursor()
 
 
-def check_read_only(query: str) -> None:
-    """Accept exactly one SELECT/EXPLAIN statement; raise a clear error otherwise."""
+def _discard_database() -> None:
+    """Forget the shared database (the next query gets a fresh one)."""
+    global _database
+    with _database_lock:
+        _database = None
+
+
+def _single_statement(sql: str) -> duckdb.Statement:
     try:
-        statements = duckdb.extract_statements(query)
+        statements = duckdb.extract_statements(sql)
     except duckdb.Error as e:
         raise MetaQueryError(f"malformed SQL: {e}") from e
     if len(statements) != 1:
         raise MetaQueryError(f"give exactly one SQL statement, got {len(statements)}")
-    kind = statements[0].type
-    if kind not in _ALLOWED:
+    return statements[0]
+
+
+def check_read_only(query: str) -> None:
+    """Accept exactly one SELECT, or EXPLAIN [ANALYZE] of one; raise a clear error otherwise.
+
+    >>> check_read_only("EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1")
+    Traceback (most recent call last):
+    ...
+    lockstep.errors.ReadOnlyQueryError: only SELECT queries are allowed on the meta tables, \
+got EXPLAIN of a CREATE statement; the meta tables are read-only
+    """
+    statement = _single_statement(query)
+    kind, what = statement.type, statement.type.name
+    if kind == duckdb.StatementType.EXPLAIN:
+        prefix = _EXPLAIN_PREFIX.match(statement.query)
+        if prefix is None:  # a comment before EXPLAIN, say: cannot tell what it explains
+            raise ReadOnlyQueryError(
+                "could not tell which statement this EXPLAIN explains; start the query with "
+                "EXPLAIN [ANALYZE] followed by one SELECT"
+            )
+        explained = _single_statement(statement.query[prefix.end() :])
+        kind, what = explained.type, f"EXPLAIN of a {explained.type.name}"
+    if kind != duckdb.StatementType.SELECT:
+        what = what if what.startswith("EXPLAIN") else f"a {what}"
         raise ReadOnlyQueryError(
-            f"only SELECT queries are allowed on the meta tables, got a {kind.name} statement; "
+            f"only SELECT queries are allowed on the meta tables, got {what} statement; "
             "the meta tables are read-only"
         )
 
@@ -79,12 +136,15 @@ def run_meta_query(
     now_us: int,
     max_rows: int | None = None,
     timeout_s: float | None = None,
+    max_bytes: int = DEFAULT_MAX_RESULT_BYTES,
 ) -> pa.Table:
     """Run ``query`` over the meta views and return its result as Arrow.
 
-    ``max_rows`` refuses larger results; ``timeout_s`` interrupts a query that runs longer.
+    ``max_rows`` and ``max_bytes`` refuse larger results; ``timeout_s`` (default
+    :data:`DEFAULT_TIMEOUT_S`) interrupts a query that runs longer.
     """
     check_read_only(query)
+    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
     con = _connect()
     try:
         views = with_view_dependencies(referenced_views(query))
@@ -101,7 +161,7 @@ def run_meta_query(
             timer.daemon = True
             timer.start()
         try:
-            return _fetch(con.execute(query), max_rows)
+            result = _fetch(con.execute(query), max_rows, max_bytes)
         except duckdb.InterruptException as e:
             raise MetaQueryError(f"the query ran longer than {timeout_s}s and was stopped") from e
         except duckdb.PermissionException as e:
@@ -109,23 +169,48 @@ def run_meta_query(
                 f"the query tried to reach outside the meta tables (files, network or "
                 f"extensions are disabled): {e}"
             ) from e
+        except duckdb.OutOfMemoryException as e:
+            raise MetaQueryError(
+                f"the query needed more memory than meta SQL may use ({MEMORY_LIMIT_ENV}); "
+                "aggregate, filter or add a LIMIT"
+            ) from e
         except duckdb.Error as e:
             raise MetaQueryError(f"query failed: {e}") from e
         finally:
             if timer is not None:
                 timer.cancel()
+            _check_nothing_persists(con)
+        return result
     finally:
         con.close()
 
 
-def _fetch(result: duckdb.DuckDBPyConnection, max_rows: int | None) -> pa.Table:
+def _check_nothing_persists(con: duckdb.DuckDBPyConnection) -> None:
+    """The parser check is the rule; this is the proof: refuse (and replace the shared
+    database) if anything outlives the query."""
+    left = con.execute(_PERSISTENT_OBJECTS).fetchone()
+    if left is not None and left[0]:
+        _discard_database()
+        raise ReadOnlyQueryError(
+            "the query left objects in the shared meta database; it was discarded and the "
+            "query refused (only SELECT queries are allowed on the meta tables)"
+        )
+
+
+def _fetch(result: duckdb.DuckDBPyConnection, max_rows: int | None, max_bytes: int) -> pa.Table:
     reader = result.to_arrow_reader(1024)
-    batches, count = [], 0
+    batches, count, size = [], 0, 0
     for batch in reader:
         batches.append(batch)
         count += batch.num_rows
+        size += batch.nbytes
         if max_rows is not None and count > max_rows:
             raise MetaQueryError(
                 f"the query returned more than {max_rows} rows; add a LIMIT or aggregate"
+            )
+        if size > max_bytes:
+            raise MetaQueryError(
+                f"the query's result is larger than {max_bytes} bytes; select fewer columns, "
+                "add a LIMIT or aggregate"
             )
     return pa.Table.from_batches(batches, schema=reader.schema)
