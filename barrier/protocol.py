@@ -27,6 +27,49 @@ def check_token(job_id: str, token: int, current: int) -> None:
         raise FencedError(job_id, token, current)
 
 
+def check_input_cut(
+    spec: JobSpec,
+    barrier_id: int,
+    source: str,
+    *,
+    started: bool,
+    processed: bool,
+    persisted: bool,
+) -> Outcome:
+    """A root job persists each external source's cut of a barrier it has started, before
+    processing it; the first cut persisted is the one every replay reads (ALREADY_DONE).
+
+    >>> spec = JobSpec("load", sinks=("orders",), external_sources=("feed",))
+    >>> check_input_cut(spec, 3, "feed", started=True, processed=False, persisted=False)
+    <Outcome.APPLY: 'apply'>
+    """
+    if source not in spec.external_sources:
+        declared = ", ".join(spec.external_sources) or "(none)"
+        raise ProtocolError(
+            spec.job_id,
+            barrier_id,
+            f"{source!r} is not an external source of this job (declared: {declared}); "
+            "declare it when registering the job (external_sources=, or Job(root_sources=))",
+        )
+    if persisted:
+        return Outcome.ALREADY_DONE
+    if processed:
+        raise ProtocolError(
+            spec.job_id,
+            barrier_id,
+            f"the barrier was already processed without a persisted cut of {source!r}: a cut "
+            "is persisted before its input is read, never after",
+        )
+    if not started:
+        raise ProtocolError(
+            spec.job_id,
+            barrier_id,
+            "the job has not started this barrier: take it with next_barrier() first, then "
+            "persist its input cuts before reading",
+        )
+    return Outcome.APPLY
+
+
 def check_sinks(spec: JobSpec, barrier_id: int, snapshots: Mapping[str, int | None]) -> None:
     """A report names exactly the job's sink tables: "complete through b" for every sink."""
     extra = sorted(set(snapshots) - set(spec.sinks))

@@ -163,13 +163,18 @@ class FencedError(ProtocolError):
     """A newer instance of the job has attached; this (stale) instance may not report."""
 
     def __init__(self, job_id: str, token: int, current: int) -> None:
-        super().__init__(
-            job_id,
-            None,
-            f"this job instance (fencing token {token}) was fenced by a newer instance "
-            f"(token {current}) or by a revision of its tables; stop this instance and start "
-            "the job again",
-        )
+        if token > current:  # no instance ever had this token
+            message = (
+                f"fencing token {token} was never given to an instance of this job (the "
+                f"newest is {current}); attach to get a token, and report with it"
+            )
+        else:
+            message = (
+                f"this job instance (fencing token {token}) was fenced by a newer instance "
+                f"(token {current}) or by a revision of its tables; stop this instance and "
+                "start the job again"
+            )
+        super().__init__(job_id, None, message)
         self.token = token
         self.current = current
 

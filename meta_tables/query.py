@@ -156,13 +156,22 @@ def run_meta_query(
         for view in VIEWS:  # in dependency order
             if view.name in views:
                 con.execute(f"CREATE TEMP VIEW {view.name} AS {view.sql}")
-        timer = threading.Timer(timeout_s, con.interrupt) if timeout_s else None
+        interrupted = threading.Event()
+
+        def interrupt() -> None:
+            interrupted.set()
+            con.interrupt()
+
+        timer = threading.Timer(timeout_s, interrupt) if timeout_s else None
         if timer is not None:
             timer.daemon = True
             timer.start()
         try:
             result = _fetch(con.execute(query), max_rows, max_bytes)
-        except duckdb.InterruptException as e:
+        except (duckdb.InterruptException, OSError, pa.ArrowException) as e:
+            # an interrupt while the result streams into Arrow surfaces as an Arrow error
+            if not interrupted.is_set():
+                raise MetaQueryError(f"query failed: {e}") from e
             raise MetaQueryError(f"the query ran longer than {timeout_s}s and was stopped") from e
         except duckdb.PermissionException as e:
             raise ReadOnlyQueryError(

@@ -11,7 +11,7 @@ import itertools
 from typing import Any
 
 import pytest
-from pipelines import register, run_barrier, snapshot_id
+from pipelines import SHOPPING, register, run_barrier, snapshot_id
 
 from lockstep.barrier.model import VersionState
 from lockstep.errors import (
@@ -38,6 +38,11 @@ RU = ConsistencyLevel.READ_UNCOMMITTED
 RC = ConsistencyLevel.READ_COMMITTED
 RR = ConsistencyLevel.REPEATABLE_READ
 AGGREGATES = ["user_item_amount", "user_item_price"]
+# the shopping topology with its root job fed by an external source
+FED_SHOPPING = (
+    JobSpec("load_shopping", sinks=("shopping",), external_sources=("orders",)),
+    *SHOPPING[1:],
+)
 
 
 def dump(store: MetadataStore) -> dict[str, Any]:
@@ -317,9 +322,10 @@ class StoreContract:
         assert store.version_as_of("shopping", 0) is None
 
     def test_input_cut_first_one_wins(self, store: MetadataStore) -> None:
-        register(store)
+        register(store, FED_SHOPPING)
         store.issue_barrier()
         token = store.attach("load_shopping").token
+        assert store.next_barrier("load_shopping", token) is not None  # started
         cut = {"from": "2026-01-01T00:00:00", "to": "2026-01-01T00:01:00"}
         assert store.persist_input_cut("load_shopping", token, 1, "orders", cut) == cut
         # a replay (even by a new instance) gets the persisted cut, not a fresh look
@@ -331,6 +337,31 @@ class StoreContract:
             store.persist_input_cut("load_shopping", token, 9, "orders", cut)
         with pytest.raises(FencedError):
             store.persist_input_cut("load_shopping", token - 1, 1, "orders", cut)
+
+    def test_input_cuts_only_for_a_declared_source_of_a_started_barrier(
+        self, store: MetadataStore
+    ) -> None:
+        register(store, FED_SHOPPING)
+        store.issue_barrier()
+        store.issue_barrier()
+        token = store.attach("load_shopping").token
+        cut = {"offsets": [0, 10]}
+        before = dump(store)
+        with pytest.raises(ProtocolError, match="not started this barrier"):
+            store.persist_input_cut("load_shopping", token, 1, "orders", cut)
+        assert store.next_barrier("load_shopping", token) is not None
+        with pytest.raises(ProtocolError, match="'clicks' is not an external source"):
+            store.persist_input_cut("load_shopping", token, 1, "clicks", cut)
+        with pytest.raises(ProtocolError, match="not started this barrier"):
+            store.persist_input_cut("load_shopping", token, 2, "orders", cut)
+        assert dump(store) == before | {"ls_job_barrier": dump(store)["ls_job_barrier"]}
+        store.report_processed("load_shopping", token, 1, {"shopping": 11})
+        with pytest.raises(ProtocolError, match="already processed without a persisted cut"):
+            store.persist_input_cut("load_shopping", token, 1, "orders", cut)
+        store.report_written("load_shopping", token, 1)
+        with pytest.raises(ProtocolError, match="already processed"):
+            store.persist_input_cut("load_shopping", token, 1, "orders", cut)
+        assert store.input_cuts("load_shopping", 1) == {}
 
     def test_job_progress_times(self, store: MetadataStore) -> None:
         register(store)

@@ -210,3 +210,16 @@ def test_pushdown_gives_the_same_rows_for_any_literal(
         return
     pushed, _ = _answer(history, query, pushdown=True)
     assert pushed == full, query
+
+
+def test_a_timeout_while_the_result_streams_is_a_clean_error(sandboxed: Lockstep) -> None:
+    """The interrupt may land while DuckDB streams the result into Arrow (an Arrow error,
+    not DuckDB's): it is the same time limit, said the same way."""
+    with pytest.raises(MetaQueryError, match=r"ran longer than 0\.3s"):
+        meta_query.run_meta_query(
+            "SELECT repeat('x', 200) AS s FROM range(20000000)",
+            sandboxed.store.export_tables,
+            now_us=0,
+            timeout_s=0.3,
+            max_bytes=2**40,
+        )

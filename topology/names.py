@@ -14,6 +14,7 @@ from lockstep.errors import InvalidNameError
 _TABLE_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _JOB_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 MAX_NAME_LENGTH = 200
+RESERVED_PREFIX = "__META_"  # the meta views' names: a table of that name would shadow one
 
 
 def validate_table_name(name: str) -> str:
@@ -27,6 +28,12 @@ def validate_table_name(name: str) -> str:
     if len(name) > MAX_NAME_LENGTH:
         raise InvalidNameError("table", name, f"longer than {MAX_NAME_LENGTH} characters")
     for part in name.split("."):
+        if part.upper().startswith(RESERVED_PREFIX):
+            raise InvalidNameError(
+                "table",
+                name,
+                f"names starting with {RESERVED_PREFIX} are reserved for the meta tables",
+            )
         if not _TABLE_PART.match(part):
             raise InvalidNameError(
                 "table",

@@ -4,6 +4,12 @@ Only connection set-up lives here; every query is shared (``store``). SQLite is 
 in WAL mode with a busy timeout, and write transactions start with ``BEGIN IMMEDIATE`` so
 that several processes on one file queue for the write lock instead of failing with
 "database is locked" when a reader upgrades to a writer.
+
+Acknowledged means durable: SQLite runs ``synchronous=FULL`` by default, so a report the
+store has acknowledged survives an OS crash or power loss, not only a crash of the process
+(WAL with ``NORMAL`` may drop the last transactions then, while the job has already
+published: the seed's "persist before ack"). ``sqlite:///PATH?synchronous=normal`` trades
+that for speed, for those who accept the risk (docs/benchmarks.md measures the cost).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
@@ -19,6 +25,7 @@ from lockstep.errors import ConfigurationError
 
 WRITE_OPTION = "lockstep_write"
 SQLITE_BUSY_TIMEOUT_MS = 60_000
+SQLITE_SYNCHRONOUS = ("full", "extra", "normal")  # the first is the default
 
 
 def create_store_engine(url: str) -> Engine:
@@ -29,7 +36,15 @@ def create_store_engine(url: str) -> Engine:
         raise ConfigurationError(f"malformed store URL {url!r}: {e}") from e
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        return _sqlite_engine(url, in_memory=parsed.database in (None, "", ":memory:"))
+        synchronous = str(parsed.query.get("synchronous", SQLITE_SYNCHRONOUS[0])).lower()
+        if synchronous not in SQLITE_SYNCHRONOUS:
+            raise ConfigurationError(
+                f"synchronous={synchronous!r} in {url!r}: use one of "
+                f"{', '.join(SQLITE_SYNCHRONOUS)} (full, the default, survives an OS crash)"
+            )
+        parsed = parsed.difference_update_query(["synchronous"])
+        in_memory = parsed.database in (None, "", ":memory:")
+        return _sqlite_engine(parsed, in_memory=in_memory, synchronous=synchronous)
     if backend == "postgresql":
         if parsed.drivername == "postgresql":
             parsed = parsed.set(drivername="postgresql+psycopg")
@@ -44,7 +59,7 @@ def create_store_engine(url: str) -> Engine:
     )
 
 
-def _sqlite_engine(url: str, *, in_memory: bool) -> Engine:
+def _sqlite_engine(url: URL, *, in_memory: bool, synchronous: str) -> Engine:
     kwargs: dict[str, Any] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}}
     if in_memory:
         kwargs["poolclass"] = StaticPool
@@ -60,7 +75,7 @@ def _sqlite_engine(url: str, *, in_memory: bool) -> Engine:
             cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
         cursor.close()
 
     @event.listens_for(engine, "begin")

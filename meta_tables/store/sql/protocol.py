@@ -370,12 +370,21 @@ def persist_input_cut(
     cut: Mapping[str, Any],
     now: datetime,
 ) -> dict[str, Any]:
-    job = lock_job(s, job_id)
+    job = load_job(s, job_id, lock=True)
     protocol.check_token(job_id, token, job.current_token)
     if s.get(BarrierRow, barrier_id) is None:
         raise ProtocolError(job_id, barrier_id, "this barrier has not been issued yet")
     existing = s.get(InputCutRow, (job_id, barrier_id, source))
-    if existing is not None:
+    progress = s.get(JobBarrierRow, (job_id, barrier_id))
+    outcome = protocol.check_input_cut(
+        job.spec,
+        barrier_id,
+        source,
+        started=progress is not None and progress.started_at is not None,
+        processed=progress is not None and progress.processed_at is not None,
+        persisted=existing is not None,
+    )
+    if existing is not None and outcome is protocol.Outcome.ALREADY_DONE:
         return dict(json.loads(existing.cut))
     try:
         encoded = json.dumps(dict(cut), sort_keys=True)

@@ -37,6 +37,10 @@ TV = TableVersionRow
 def plan(s: Session, table: str, to_barrier: int, *, full: bool) -> Revision:
     """What revising ``table`` back to ``to_barrier`` (or from the start) would do."""
     require_tables(s, [table])
+    if full and to_barrier:
+        raise InvalidRequestError(
+            f"give either a barrier to revise to ({to_barrier}) or a full revision, not both"
+        )
     if full:
         to_barrier = 0
     elif to_barrier < 1:
