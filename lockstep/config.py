@@ -53,5 +53,11 @@ class LockstepConfig(BaseModel):
     def prepare(self) -> None:
         """Create the home and warehouse directories (on first use, not at import)."""
         for path in (self.home, self.warehouse):
-            if path is not None:
+            if path is None:
+                continue
+            try:
                 path.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ConfigurationError(
+                    f"cannot use {path} as a Lockstep home folder: {e.strerror or e}"
+                ) from e

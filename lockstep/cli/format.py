@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # keep `lockstep --help` from loading Arrow and SQLAlchemy
     from lockstep.readers.model import SnapshotSet
 
 MISSING = "-"
+MAX_ID = 2**63 - 1  # barrier ids, tokens, counts: what the store holds (64-bit)
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,24 @@ def format_table(
 
 def arrow_rows(table: pa.Table) -> list[dict[str, Any]]:
     """An Arrow result as a list of row dicts (small results: the CLI caps them)."""
-    rows: list[dict[str, Any]] = table.to_pylist()
+    try:
+        rows: list[dict[str, Any]] = table.to_pylist()
+    except (OverflowError, ValueError):  # e.g. TIMESTAMP 'infinity': no Python datetime
+        rows = _with_text_times(table).to_pylist()
     return rows
+
+
+def _with_text_times(table: pa.Table) -> pa.Table:
+    """Timestamp and date columns as text, for values a Python datetime cannot hold."""
+    import pyarrow as pa
+
+    columns = [
+        column.cast(pa.string())
+        if pa.types.is_timestamp(column.type) or pa.types.is_date(column.type)
+        else column
+        for column in table.columns
+    ]
+    return pa.table(columns, names=table.column_names)
 
 
 # -- rows of the subcommands (data first; text tables are drawn from the same rows) ------

@@ -16,6 +16,7 @@ traceback would only bury them.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockstep.cli.delay import cmd_delay
 from lockstep.cli.format import (
+    MAX_ID,
     Output,
     arrow_rows,
     dump_json,
@@ -52,6 +54,7 @@ if TYPE_CHECKING:  # the facade pulls in SQLAlchemy, DuckDB and Arrow: load it l
 LEVELS = ("read_uncommitted", "read_committed", "repeatable_read")
 TOPOLOGY_FORMATS = ("text", "json", "dot", "mermaid")
 DEFAULT_LIST_LIMIT = 20
+DEBUG_ENV = "LOCKSTEP_DEBUG"
 DEFAULT_SQL_MAX_ROWS = 10_000
 DEFAULT_WALKTHROUGH_BARRIERS = 5
 
@@ -200,6 +203,8 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if value > MAX_ID:
+            raise argparse.ArgumentTypeError(f"must be at most {MAX_ID}, got {value}")
         return value
 
     return parse
@@ -414,6 +419,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug of ours: still one line, and the traceback on demand
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(
+            f"error: unexpected {type(e).__name__}: {e} (this is a Lockstep bug; run again "
+            f"with {DEBUG_ENV}=1 for the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return 2
     print(dump_json(output.data) if args.json else output.text)
     return 0
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lockstep.cli.format import Output, format_table
+from lockstep.cli.format import MAX_ID, Output, format_table
 
 if TYPE_CHECKING:
     from lockstep.barrier.model import Revision
@@ -207,4 +207,6 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value > MAX_ID:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_ID} (a 64-bit id), got {value}")
     return value

@@ -14,6 +14,7 @@ that for speed, for those who accept the risk (docs/benchmarks.md measures the c
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -44,6 +45,12 @@ def create_store_engine(url: str) -> Engine:
             )
         parsed = parsed.difference_update_query(["synchronous"])
         in_memory = parsed.database in (None, "", ":memory:")
+        folder = os.path.dirname(os.path.abspath(parsed.database or "."))
+        if not in_memory and not os.path.isdir(folder):
+            raise ConfigurationError(
+                f"the SQLite store {url!r} is in {folder}, which is not a directory that "
+                "exists: create it, or give another path"
+            )
         return _sqlite_engine(parsed, in_memory=in_memory, synchronous=synchronous)
     if backend == "postgresql":
         if parsed.drivername == "postgresql":

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 from sqlalchemy import Engine, delete, select
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import (
@@ -31,7 +31,7 @@ from lockstep.barrier.model import (
     TableVersion,
     VersionState,
 )
-from lockstep.errors import LockstepError, RevisionInProgressError, StoreError
+from lockstep.errors import InvalidRequestError, LockstepError, RevisionInProgressError, StoreError
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql import (
     export,
@@ -65,6 +65,13 @@ MAX_ATTEMPTS = 5
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock
 
 
+def _out_of_range(error: Exception) -> InvalidRequestError:
+    detail = getattr(error, "orig", error)
+    return InvalidRequestError(
+        f"a value is out of the metadata store's range (ids are 64-bit integers): {detail}"
+    )
+
+
 def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -80,7 +87,11 @@ class SqlMetadataStore(MetadataStore):
     def __init__(self, engine: Engine, *, clock: Clock = utc_now) -> None:
         self._engine = engine
         self._clock = clock
-        migrate(engine)
+        try:
+            migrate(engine)
+        except DBAPIError as e:
+            url = engine.url.render_as_string(hide_password=True)
+            raise StoreError(f"cannot open the metadata store at {url}: {e.orig}") from e
 
     @classmethod
     def open(cls, url: str, *, clock: Clock = utc_now) -> SqlMetadataStore:
@@ -108,6 +119,8 @@ class SqlMetadataStore(MetadataStore):
                             return work(session)
             except LockstepError:
                 raise
+            except (OverflowError, DataError) as e:
+                raise _out_of_range(e) from e
             except DBAPIError as e:
                 if attempt == MAX_ATTEMPTS or not _retryable(e):
                     raise StoreError(f"metadata store write failed: {e.orig}") from e
@@ -120,6 +133,8 @@ class SqlMetadataStore(MetadataStore):
                     return work(session)
         except LockstepError:
             raise
+        except (OverflowError, DataError) as e:
+            raise _out_of_range(e) from e
         except DBAPIError as e:
             raise StoreError(f"metadata store read failed: {e.orig}") from e
 
