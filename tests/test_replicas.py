@@ -19,12 +19,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 from ports import free_port
 
+from lockstep.barrier.model import Barrier
 from lockstep.errors import FencedError, NoConsistentBarrierError
 from lockstep.remote import RemoteMetadataStore
 from lockstep.topology.model import JobSpec
@@ -115,6 +117,83 @@ class Recorder:
         )
 
 
+@dataclass
+class Load:
+    """What the load test's threads share: acknowledged barriers per job, errors, reads."""
+
+    acknowledged: dict[str, list[int]]
+    errors: list[BaseException] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    reads: int = 0
+
+    def half_way(self) -> bool:
+        return all(len(v) >= BARRIERS_PER_JOB // 2 for v in self.acknowledged.values())
+
+
+def run_job(load: Load, client: RemoteMetadataStore, i: int) -> None:
+    """Job i through BARRIERS_PER_JOB barriers, recording each acknowledged WRITTEN."""
+    job = f"job{i}"
+    try:
+        token = client.attach(job).token
+        while len(load.acknowledged[job]) < BARRIERS_PER_JOB:
+            barrier = client.next_barrier(job, token)
+            if barrier is None:
+                load.done.wait(0.05)  # the ticker issues every 0.25 s
+                continue
+            b = barrier.barrier_id
+            client.report_processed(job, token, b, {f"t{i}": 1000 * i + b})
+            client.report_written(job, token, b)
+            load.acknowledged[job].append(b)
+    except BaseException as e:
+        load.errors.append(e)
+
+
+def read_loop(load: Load, client: RemoteMetadataStore) -> None:
+    """Resolve every table at repeatable_read until done: never backwards."""
+    tables = [f"t{i}" for i in range(JOBS)]
+    last = 0
+    try:
+        while not load.done.is_set():
+            try:
+                snap = client.resolve(tables, "repeatable_read")
+            except NoConsistentBarrierError:
+                continue
+            assert snap.barrier_id is not None
+            assert snap.barrier_id >= last
+            last = snap.barrier_id
+            load.reads += 1
+    except BaseException as e:
+        load.errors.append(e)
+
+
+def kill_when_half_way(
+    load: Load, process: subprocess.Popen[bytes], admin: RemoteMetadataStore
+) -> int | None:
+    """SIGKILL the replica once every job is half-way; the newest barrier at that moment."""
+    while not load.errors:
+        if load.half_way():
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(10)
+            return max(b.barrier_id for b in admin.list_barriers(limit=1))
+        load.done.wait(0.05)
+    return None
+
+
+def check_nothing_lost(load: Load, admin: RemoteMetadataStore, kill_barrier: int) -> list[Barrier]:
+    """Barrier ids 1..N with no gap or duplicate, ts strictly increasing, the ticker moved
+    on after the kill, and every acknowledged report WRITTEN."""
+    barriers = list(reversed(admin.list_barriers()))
+    assert [b.barrier_id for b in barriers] == list(range(1, len(barriers) + 1))
+    assert all(a.ts < b.ts for a, b in itertools.pairwise(barriers))
+    assert barriers[-1].barrier_id > kill_barrier, "no barrier issued after the kill"
+    for i in range(JOBS):
+        written = {
+            v.barrier_id for v in admin.table_versions(f"t{i}") if v.state.value == "WRITTEN"
+        }
+        assert set(load.acknowledged[f"job{i}"]) <= written
+    return barriers
+
+
 def test_replicas_under_load_with_one_killed(
     replicas: list[Replica], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -127,81 +206,27 @@ def test_replicas_under_load_with_one_killed(
     admin = store(url_a, url_b)
     for i in range(JOBS):
         admin.register_job(JobSpec(f"job{i}", sinks=(f"t{i}",)))
-    acknowledged: dict[str, list[int]] = {f"job{i}": [] for i in range(JOBS)}
-    errors: list[BaseException] = []
-    killed = threading.Event()
-    done = threading.Event()
-
-    def run_job(i: int) -> None:
-        job = f"job{i}"
-        # alternate replicas per job, so both serve writes
-        client = store(url_a, url_b) if i % 2 else store(url_b, url_a)
-        try:
-            token = client.attach(job).token
-            while len(acknowledged[job]) < BARRIERS_PER_JOB:
-                barrier = client.next_barrier(job, token)
-                if barrier is None:
-                    done.wait(0.05)  # the ticker issues every 0.25 s
-                    continue
-                b = barrier.barrier_id
-                client.report_processed(job, token, b, {f"t{i}": 1000 * i + b})
-                client.report_written(job, token, b)
-                acknowledged[job].append(b)
-        except BaseException as e:
-            errors.append(e)
-
-    reads = [0]
-
-    def read_loop() -> None:
-        client = store(url_b, url_a)
-        tables = [f"t{i}" for i in range(JOBS)]
-        last = 0
-        try:
-            while not done.is_set():
-                try:
-                    snap = client.resolve(tables, "repeatable_read")
-                except NoConsistentBarrierError:
-                    continue
-                assert snap.barrier_id is not None
-                assert snap.barrier_id >= last
-                last = snap.barrier_id
-                reads[0] += 1
-        except BaseException as e:
-            errors.append(e)
-
-    threads = [threading.Thread(target=run_job, args=(i,)) for i in range(JOBS)]
-    threads.append(threading.Thread(target=read_loop))
+    load = Load({f"job{i}": [] for i in range(JOBS)})
+    # alternate replicas per job, so both serve writes
+    threads = [
+        threading.Thread(
+            target=run_job, args=(load, store(url_a, url_b) if i % 2 else store(url_b, url_a), i)
+        )
+        for i in range(JOBS)
+    ]
+    threads.append(threading.Thread(target=read_loop, args=(load, store(url_b, url_a))))
     started = time.perf_counter()
     for t in threads:
         t.start()
-
-    # kill replica A once every job is half-way
-    while not killed.is_set() and not errors:
-        if all(len(v) >= BARRIERS_PER_JOB // 2 for v in acknowledged.values()):
-            os.kill(process_a.pid, signal.SIGKILL)
-            process_a.wait(10)
-            killed.set()
-            kill_barrier = max(b.barrier_id for b in admin.list_barriers(limit=1))
-        else:
-            done.wait(0.05)
+    kill_barrier = kill_when_half_way(load, process_a, admin)
     for t in threads[:-1]:
         t.join(120)
-    done.set()
+    load.done.set()
     threads[-1].join(30)
     elapsed = time.perf_counter() - started
-    assert not errors, errors
-
-    # barrier ids: 1..N, no gap, no duplicate, ts strictly increasing; the ticker moved on
-    barriers = list(reversed(admin.list_barriers()))
-    assert [b.barrier_id for b in barriers] == list(range(1, len(barriers) + 1))
-    assert all(a.ts < b.ts for a, b in itertools.pairwise(barriers))
-    assert barriers[-1].barrier_id > kill_barrier, "no barrier issued after the kill"
-    # nothing acknowledged was lost
-    for i in range(JOBS):
-        written = {
-            v.barrier_id for v in admin.table_versions(f"t{i}") if v.state.value == "WRITTEN"
-        }
-        assert set(acknowledged[f"job{i}"]) <= written
+    assert not load.errors, load.errors
+    assert kill_barrier is not None
+    barriers = check_nothing_lost(load, admin, kill_barrier)
     # fencing state lives in the database: an instance attached through one client is
     # fenced by a newer one attached through another
     old = store(url_b, url_a).attach("job0").token
@@ -217,5 +242,5 @@ def test_replicas_under_load_with_one_killed(
         print(
             f"\nreplica load: {len(latencies)} requests in {elapsed:.1f}s "
             f"({len(latencies) / elapsed:.0f} req/s), p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
-            f"{reads[0]} consistent reads, {len(barriers)} barriers, 0 server errors"
+            f"{load.reads} consistent reads, {len(barriers)} barriers, 0 server errors"
         )
