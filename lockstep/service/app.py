@@ -9,15 +9,12 @@ its thread pool.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
 from typing import Annotated, Any
 
 import pyarrow as pa
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
-from fastapi import Path as FastApiPath
+from fastapi import FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 
 from lockstep.api import wire
 from lockstep.barrier.model import (
@@ -35,134 +32,32 @@ from lockstep.errors import InvalidRequestError, LockstepError
 from lockstep.meta_tables.query import run_meta_query
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql.schema import to_micros
-from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
-from lockstep.service.auth import Role, role_of
+from lockstep.readers.model import Lease, SnapshotSet
+from lockstep.service.auth import Role
+from lockstep.service.deps import Admin, Reader
+from lockstep.service.requests import (
+    INT64_MAX,
+    BarrierPath,
+    BarrierRefIn,
+    InputCutIn,
+    JobIn,
+    LeadIn,
+    LeaseIn,
+    Limit,
+    RenewIn,
+    ReportIn,
+    ResolveIn,
+    RestoreIn,
+    RetentionIn,
+    RevisionIn,
+    SqlIn,
+    TokenIn,
+    WrittenIn,
+)
 from lockstep.service.status import collect_status, render_status_page
 from lockstep.topology.model import JobSpec
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
-Name = Annotated[str, Field(min_length=1, max_length=200)]
-INT64_MAX = 2**63 - 1
-Int64 = Annotated[int, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]  # what the store can hold
-BarrierPath = Annotated[int, FastApiPath(ge=0, le=INT64_MAX)]
-Limit = Annotated[int | None, Query(gt=0, le=1_000_000)]
-
-
-class _Body(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class JobIn(_Body):
-    job_id: Name
-    sources: list[Name] = []
-    sinks: list[Name]
-    external_sources: list[Name] = []
-
-
-class TokenIn(_Body):
-    token: Int64
-
-
-class ReportIn(_Body):
-    token: Int64
-    barrier_id: Int64
-    snapshots: dict[Name, Any]  # checked by the protocol, which names the bad table
-
-
-class WrittenIn(_Body):
-    token: Int64
-    barrier_id: Int64
-    snapshots: dict[Name, Any] | None = None
-
-
-class BarrierRefIn(_Body):
-    token: Int64
-    barrier_id: Int64
-
-
-class InputCutIn(_Body):
-    token: Int64
-    barrier_id: Int64
-    source: Name
-    cut: dict[str, Any]
-
-
-class ResolveIn(_Body):
-    tables: list[Name] = Field(min_length=1, max_length=1000)
-    level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ
-
-
-class LeaseIn(ResolveIn):
-    ttl_s: float = Field(default=600.0, gt=0, le=7 * 24 * 3600)
-    holder: str = Field(default="", max_length=200)
-
-
-class RenewIn(_Body):
-    ttl_s: float = Field(default=600.0, gt=0, le=7 * 24 * 3600)
-
-
-class LeadIn(_Body):
-    holder: Name
-    ttl_s: float = Field(gt=0, le=3600)
-
-
-class RevisionIn(_Body):
-    table: Name
-    to_barrier: Int64 = 0
-    full: bool = False
-
-
-class RetentionIn(_Body):
-    retain_barriers: Int64  # the store explains a bad value
-
-
-class FoundVersionIn(_Body):
-    table: Name
-    barrier_id: Int64
-    job_id: Name
-    snapshot_id: Int64
-    committed_at: datetime
-    input_cuts: dict[str, dict[str, Any]] = {}
-
-
-class RestoreIn(_Body):
-    found: list[FoundVersionIn] = Field(max_length=1_000_000)
-
-
-class SqlIn(_Body):
-    query: str = Field(min_length=1, max_length=100_000)
-    max_rows: int | None = Field(default=None, gt=0)
-
-
-def _authenticate(request: Request, authorization: str | None, needed: Role) -> Role:
-    tokens: dict[str, Role] | None = request.app.state.tokens
-    if tokens is None:
-        return Role.ADMIN
-    scheme, _, presented = (authorization or "").partition(" ")
-    found = role_of(tokens, presented) if scheme.lower() == "bearer" else None
-    if found is None:
-        raise HTTPException(401, "missing or unknown bearer token", {"WWW-Authenticate": "Bearer"})
-    if needed is Role.ADMIN and found is not Role.ADMIN:
-        raise HTTPException(403, "this token may read, not change, the coordinator")
-    return found
-
-
-def require_admin(request: Request, authorization: Annotated[str | None, Header()] = None) -> Role:
-    return _authenticate(request, authorization, Role.ADMIN)
-
-
-def require_read(
-    request: Request,
-    authorization: Annotated[str | None, Header()] = None,
-    token: Annotated[str | None, Query(description="for browsers: the bearer token")] = None,
-) -> Role:
-    if authorization is None and token is not None:
-        authorization = f"Bearer {token}"
-    return _authenticate(request, authorization, Role.READ)
-
-
-Admin = Annotated[Role, Depends(require_admin)]
-Reader = Annotated[Role, Depends(require_read)]
 
 
 def create_app(
@@ -188,6 +83,19 @@ def create_app(
         return JSONResponse(wire.error_payload(error), status_code=wire.status_for(error))
 
     app.state.tokens = tokens
+    _add_pages(app, store)
+    _add_topology(app, store)
+    _add_barriers(app, store)
+    _add_job_protocol(app, store)
+    _add_reads(app, store)
+    _add_operations(app, store)
+    _add_leadership(app, store)
+    _add_meta_tables(app, store, sql_timeout_s=sql_timeout_s, sql_max_rows=sql_max_rows)
+    return app
+
+
+def _add_pages(app: FastAPI, store: MetadataStore) -> None:
+    """The status page, status, health and the store's clock."""
 
     @app.get("/", response_class=HTMLResponse)
     def status_page(_: Reader) -> str:
@@ -206,7 +114,9 @@ def create_app(
     def now(_: Reader) -> dict[str, Any]:
         return {"now": store.now().isoformat()}
 
-    # -- topology --------------------------------------------------------------------------
+
+def _add_topology(app: FastAPI, store: MetadataStore) -> None:
+    """Registering and listing jobs and tables."""
 
     @app.post("/v1/jobs")
     def register_job(body: JobIn, _: Admin) -> Any:
@@ -231,7 +141,9 @@ def create_app(
     def table_status(_: Reader, table: Annotated[list[str] | None, Query()] = None) -> Any:
         return wire.dump(store.table_status(table), list[TableStatus])
 
-    # -- barriers --------------------------------------------------------------------------
+
+def _add_barriers(app: FastAPI, store: MetadataStore) -> None:
+    """Issuing and listing barriers."""
 
     @app.post("/v1/barriers")
     def issue_barrier(_: Admin) -> Any:
@@ -245,7 +157,9 @@ def create_app(
     def get_barrier(barrier_id: BarrierPath, _: Reader) -> Any:
         return wire.dump(store.get_barrier(barrier_id), Barrier)
 
-    # -- job protocol ----------------------------------------------------------------------
+
+def _add_job_protocol(app: FastAPI, store: MetadataStore) -> None:
+    """The job protocol (DESIGN §4): attach, next barrier, reports, input cuts, recovery."""
 
     @app.post("/v1/jobs/{job_id}/instances")
     def attach(job_id: str, _: Admin) -> Any:
@@ -299,7 +213,9 @@ def create_app(
         version = store.version_as_of(table, barrier_id, written_only=written_only)
         return wire.dump(version, TableVersion | None)
 
-    # -- reads -----------------------------------------------------------------------------
+
+def _add_reads(app: FastAPI, store: MetadataStore) -> None:
+    """Resolution and read leases."""
 
     @app.post("/v1/resolve")
     def resolve(body: ResolveIn, _: Reader) -> Any:
@@ -323,7 +239,9 @@ def create_app(
     def active_leases(_: Reader) -> Any:
         return wire.dump(store.active_leases(), list[Lease])
 
-    # -- operations (DESIGN §7) ----------------------------------------------------------------
+
+def _add_operations(app: FastAPI, store: MetadataStore) -> None:
+    """Revisions, retention and repair (DESIGN §7)."""
 
     @app.post("/v1/revisions/plan")
     def plan_revision(body: RevisionIn, _: Reader) -> Any:
@@ -356,7 +274,9 @@ def create_app(
         found = [FoundVersion(**f.model_dump()) for f in body.found]
         return wire.dump(store.restore_versions(found), list[TableVersion])
 
-    # -- coordination between replicas --------------------------------------------------------
+
+def _add_leadership(app: FastAPI, store: MetadataStore) -> None:
+    """The leadership lease the barrier issuers share."""
 
     @app.post("/v1/leaders/{name}")
     def try_lead(name: str, body: LeadIn, _: Admin) -> dict[str, bool]:
@@ -367,7 +287,11 @@ def create_app(
         store.resign(name, holder)
         return {"resigned": name}
 
-    # -- meta tables -----------------------------------------------------------------------
+
+def _add_meta_tables(
+    app: FastAPI, store: MetadataStore, *, sql_timeout_s: float, sql_max_rows: int
+) -> None:
+    """Read-only SQL over the meta views, and the view inputs' export."""
 
     @app.post("/v1/sql")
     def sql(body: SqlIn, _: Reader) -> Response:
@@ -384,8 +308,6 @@ def create_app(
     @app.get("/v1/export/{name}")
     def export(name: str, _: Reader) -> Response:
         return Response(arrow_ipc(store.export_tables([name])[name]), media_type=ARROW_STREAM)
-
-    return app
 
 
 def arrow_ipc(table: pa.Table) -> bytes:

@@ -1,0 +1,105 @@
+"""The service's request bodies and parameter types: validated before any store call,
+with the ranges the store can hold (a bad request is a 422 that says what was wrong)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import Path as FastApiPath
+from fastapi import Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from lockstep.readers.levels import ConsistencyLevel
+
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+INT64_MAX = 2**63 - 1
+Int64 = Annotated[int, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]  # what the store can hold
+BarrierPath = Annotated[int, FastApiPath(ge=0, le=INT64_MAX)]
+Limit = Annotated[int | None, Query(gt=0, le=1_000_000)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class JobIn(_Body):
+    job_id: Name
+    sources: list[Name] = []
+    sinks: list[Name]
+    external_sources: list[Name] = []
+
+
+class TokenIn(_Body):
+    token: Int64
+
+
+class ReportIn(_Body):
+    token: Int64
+    barrier_id: Int64
+    snapshots: dict[Name, Any]  # checked by the protocol, which names the bad table
+
+
+class WrittenIn(_Body):
+    token: Int64
+    barrier_id: Int64
+    snapshots: dict[Name, Any] | None = None
+
+
+class BarrierRefIn(_Body):
+    token: Int64
+    barrier_id: Int64
+
+
+class InputCutIn(_Body):
+    token: Int64
+    barrier_id: Int64
+    source: Name
+    cut: dict[str, Any]
+
+
+class ResolveIn(_Body):
+    tables: list[Name] = Field(min_length=1, max_length=1000)
+    level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ
+
+
+class LeaseIn(ResolveIn):
+    ttl_s: float = Field(default=600.0, gt=0, le=7 * 24 * 3600)
+    holder: str = Field(default="", max_length=200)
+
+
+class RenewIn(_Body):
+    ttl_s: float = Field(default=600.0, gt=0, le=7 * 24 * 3600)
+
+
+class LeadIn(_Body):
+    holder: Name
+    ttl_s: float = Field(gt=0, le=3600)
+
+
+class RevisionIn(_Body):
+    table: Name
+    to_barrier: Int64 = 0
+    full: bool = False
+
+
+class RetentionIn(_Body):
+    retain_barriers: Int64  # the store explains a bad value
+
+
+class FoundVersionIn(_Body):
+    table: Name
+    barrier_id: Int64
+    job_id: Name
+    snapshot_id: Int64
+    committed_at: datetime
+    input_cuts: dict[str, dict[str, Any]] = {}
+
+
+class RestoreIn(_Body):
+    found: list[FoundVersionIn] = Field(max_length=1_000_000)
+
+
+class SqlIn(_Body):
+    query: str = Field(min_length=1, max_length=100_000)
+    max_rows: int | None = Field(default=None, gt=0)
