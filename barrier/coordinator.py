@@ -81,6 +81,11 @@ class IssuePolicy(abc.ABC):
         """How often the loop asks."""
         return 0.1
 
+    def wait_s(self, state: PipelineState) -> float:
+        """How long the loop may sleep after a round that saw ``state`` (at most
+        :attr:`poll_s`, so the leadership is renewed in time)."""
+        return self.poll_s
+
     @property
     def lease_ttl_s(self) -> float:
         """How long the leadership outlives a silent holder: a few rounds."""
@@ -111,6 +116,14 @@ class Interval(IssuePolicy):
     @property
     def poll_s(self) -> float:
         return min(self.seconds / 2, 1.0)
+
+    def wait_s(self, state: PipelineState) -> float:
+        """Until the next barrier is due, so it is issued on time, not up to a poll late."""
+        since = state.since_newest()
+        if since is None:
+            return 0.0
+        remaining = self.seconds - since.total_seconds()
+        return min(max(remaining, 0.0), self.poll_s)
 
     @property
     def lease_ttl_s(self) -> float:
@@ -173,6 +186,7 @@ class BarrierIssuer:
         self.lease_ttl_s = lease_ttl_s or policy.lease_ttl_s
         self.on_issue = on_issue or (lambda _barrier: None)
         self.issued = 0  # barriers this issuer issued
+        self._last: PipelineState | None = None  # what the last round saw
 
     def state(self) -> PipelineState:
         """The pipeline as the policy sees it, read from the store."""
@@ -192,12 +206,24 @@ class BarrierIssuer:
 
     def tick(self) -> Barrier | None:
         """One round: lead (or not), and issue the next barrier if it is due."""
-        if not self.leads() or not self.policy.due(self.state()):
+        self._last = None
+        if not self.leads():
+            return None
+        state = self.state()
+        if not self.policy.due(state):
+            self._last = state
             return None
         barrier = self.store.issue_barrier()
+        self._last = PipelineState(barrier.ts, barrier, state.written, state.roots)
         self.issued += 1
         self.on_issue(barrier)
         return barrier
+
+    def wait_s(self) -> float:
+        """How long to sleep before the next round."""
+        if self._last is None:
+            return self.policy.poll_s
+        return self.policy.wait_s(self._last)
 
     def run(
         self,
@@ -221,7 +247,7 @@ class BarrierIssuer:
                     log.exception("barrier issuer round failed; retrying")
                 if count is not None and self.issued >= count:
                     break
-                stop.wait(self.policy.poll_s)
+                stop.wait(self.wait_s())
         finally:
             self.resign()
         return self.issued

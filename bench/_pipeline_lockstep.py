@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lockstep.barrier.coordinator import BarrierIssuer, Interval
 from lockstep.barrier.runtime.runner import JobRunner
 from lockstep.barrier.session import JobSession
 from lockstep.cli.format import arrow_rows
@@ -102,39 +103,49 @@ class LockstepPipeline:
             raise LockstepError(f"job {job_id!r} failed: {error}") from error
 
     def _coordinate(self, barriers: int, interval_s: float) -> None:
-        """Issue a barrier on every tick; return once the last is written in every table.
+        """Issue a barrier every ``interval_s`` (the coordinator's :class:`Interval` policy,
+        in a thread of its own); return once the last is written in every table.
 
         The tables' progress is looked at after each WRITTEN report of the jobs (all in this
         process), not on a timer: a status query costs ~10 ms of this process's CPU, taken
         from the jobs it measures (their threads share the interpreter)."""
+        issuer = BarrierIssuer(
+            self.ls.store,
+            Interval(interval_s),
+            on_issue=lambda b: self.progress(f"lockstep: barrier {b.barrier_id} issued"),
+        )
+        ticker = threading.Thread(
+            target=self._issue, args=(issuer, barriers), name="ls-issuer", daemon=True
+        )
+        ticker.start()
         tables = {s for job in self.jobs for s in job.sinks}
-        start = time.monotonic()
-        issued = committed = 0
+        deadline = time.monotonic() + barriers * interval_s + DRAIN_TIMEOUT_S
+        committed = 0
         seen = -1  # reports seen when the progress was last looked at (-1: look now)
-        while committed < barriers:
-            now = time.monotonic()
-            if issued < barriers and now >= start + issued * interval_s:
-                issued += 1
-                barrier = self.ls.issue_barrier()
-                self.progress(f"lockstep: barrier {barrier.barrier_id} issued")
-                continue
-            if now > start + barriers * interval_s + DRAIN_TIMEOUT_S:
-                raise LockstepError(f"barrier {barriers} not written everywhere in time")
-            if JobSession.reports_seen() != seen:
-                seen = JobSession.reports_seen()
-                written = {t.table: t.latest_written or 0 for t in self.ls.tables()}
-                if set(written) == tables:
-                    for b in range(committed + 1, min(written.values()) + 1):
-                        self.progress(f"lockstep: barrier {b} written in every table")
-                    committed = max(committed, min(written.values()))
-                continue
-            next_tick = start + issued * interval_s if issued < barriers else now + WATCH_S
-            JobSession.wait_for_reports(
-                seen, max(0.0, min(WATCH_S, next_tick - time.monotonic())), self._stop
-            )
-            if self._stop.is_set():
-                break
+        try:
+            while committed < barriers and not self._stop.is_set():
+                if time.monotonic() > deadline:
+                    raise LockstepError(f"barrier {barriers} not written everywhere in time")
+                if JobSession.reports_seen() != seen:
+                    seen = JobSession.reports_seen()
+                    written = {t.table: t.latest_written or 0 for t in self.ls.tables()}
+                    if set(written) == tables:
+                        for b in range(committed + 1, min(written.values()) + 1):
+                            self.progress(f"lockstep: barrier {b} written in every table")
+                        committed = max(committed, min(written.values()))
+                    continue
+                JobSession.wait_for_reports(seen, WATCH_S, self._stop)
+        finally:
+            self._stop.set()
+            ticker.join()
         self._check_jobs()
+
+    def _issue(self, issuer: BarrierIssuer, barriers: int) -> None:
+        try:
+            issuer.run(self._stop, count=barriers)
+        except BaseException as e:  # surfaced by the watcher, which stops the run
+            self._errors.append(("barrier issuer", e))
+            self._stop.set()
 
 
 def meta_delays(ls: Lockstep, column: str = "e2e_delay_s") -> dict[str, dict[int, float]]:

@@ -40,7 +40,7 @@ from lockstep.barrier.sources.kafka.client import (
     produce,
 )
 from lockstep.barrier.sources.kafka.cut import epoch_ms
-from lockstep.barrier.sources.kafka.source import KafkaSource, bind_root_sources
+from lockstep.barrier.sources.kafka.source import KafkaSource
 
 TOPIC = "orders"
 PARTITIONS = 3
@@ -224,8 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with lockstep.connect(args.home) as ls:
         spark = ls.spark()
         for job_id in args.jobs:
-            job = bind_root_sources(jobs[job_id], ls.store)
-            done = JobRunner(ls.store, job, spark.newSession(), ls.iceberg).run(until_idle=True)
+            runner = JobRunner(ls.store, jobs[job_id], spark.newSession(), ls.iceberg)
+            done = runner.run(until_idle=True)
             print(f"{job_id}: {done} barriers", flush=True)
         spark.stop()
     return 0

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 # `served` (a real service on loopback), `postgres_admin` / `postgres_url` (a real server)
-pytest_plugins = ["service_fixtures", "pg_server", "kafka_broker"]
+pytest_plugins = ["service_fixtures", "pg_server", "kafka_broker", "kafka_cuts"]
 
 
 class FakeClock:

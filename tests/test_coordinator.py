@@ -41,6 +41,16 @@ def test_interval_is_due_once_the_newest_barrier_is_old_enough() -> None:
     assert policy.due(state(3, {}, set(), age_s=10))
 
 
+def test_interval_sleeps_until_the_next_barrier_is_due_never_past_a_poll() -> None:
+    policy = Interval(10)
+    assert policy.poll_s == 1.0
+    assert policy.wait_s(state(0, {}, set())) == 0.0  # nothing issued: due now
+    assert policy.wait_s(state(3, {}, set(), age_s=9.75)) == pytest.approx(0.25)
+    assert policy.wait_s(state(3, {}, set(), age_s=2)) == 1.0  # renew the lease in time
+    assert policy.wait_s(state(3, {}, set(), age_s=12)) == 0.0  # overdue
+    assert OnDemand().wait_s(state(3, {}, set())) == OnDemand().poll_s
+
+
 written_maps = st.dictionaries(
     st.sampled_from(["raw", "mid", "leaf"]), st.integers(0, 12), min_size=1
 )

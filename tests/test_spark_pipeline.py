@@ -7,17 +7,23 @@ in the Iceberg snapshot summary; an empty barrier still yields a version of ever
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from job_process import AGGREGATES, shopping_jobs, sums
 from spark_checks import check_pipeline, key_values, row_multiset
 
+from lockstep.barrier.model import Barrier, VersionState
 from lockstep.barrier.runtime.runner import JobRunner
+from lockstep.barrier.sources.base import Cut, GeneratorSource
 from lockstep.facade import Lockstep
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 pytestmark = pytest.mark.spark
 
@@ -65,3 +71,53 @@ def test_every_written_version_is_the_sum_over_shopping_at_its_barrier(
     # afterwards, every WRITTEN version (not just the newest) against the shopping snapshot
     # of its barrier and the ground truth; summaries; main's history (see check_pipeline)
     check_pipeline(spark_ls, BARRIERS, empty=EMPTY, spark=reader)
+
+
+@dataclass(frozen=True)
+class WatchedFeed:
+    """A root source with an after-WRITTEN hook that records what it was given (and can
+    fail, as a broker that went away would)."""
+
+    inner: GeneratorSource
+    seen: list[tuple[str, int, str, bool]] = field(default_factory=list)
+    fail: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def plan_cut(self, barrier: Barrier, previous: Barrier | None, previous_cut: Any) -> Cut:
+        return self.inner.plan_cut(barrier, previous, previous_cut)
+
+    def read(self, spark: SparkSession, cut: Mapping[str, Any]) -> DataFrame:
+        return self.inner.read(spark, cut)
+
+    def after_written(self, job_id: str, barrier_id: int, cut: Mapping[str, Any]) -> None:
+        self.seen.append((job_id, barrier_id, json.dumps(cut), self.fail))
+        if self.fail:
+            raise ConnectionError("broker unreachable")
+
+
+def test_root_sources_hear_of_each_written_barrier_and_a_failing_hook_fails_nothing(
+    spark_ls: Lockstep, spark_base: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    load = shopping_jobs()[0]
+    feed = load.root_sources[0]
+    assert isinstance(feed, GeneratorSource)
+    good, broken = WatchedFeed(feed), WatchedFeed(replace(feed, name="second_feed"), fail=True)
+    runner = JobRunner(
+        spark_ls.store, replace(load, root_sources=[good, broken]), spark_base, spark_ls.iceberg
+    )
+    runner.start()
+    for _ in range(2):
+        spark_ls.issue_barrier()
+    with caplog.at_level(logging.WARNING, logger="lockstep.runtime"):
+        assert runner.run(until_idle=True) == 2
+    cuts = {b: spark_ls.store.input_cuts("load_shopping", b) for b in (1, 2)}
+    assert good.seen == [
+        ("load_shopping", b, json.dumps(cuts[b]["shopping_feed"]), False) for b in (1, 2)
+    ]
+    assert [b for _, b, _, _ in broken.seen] == [1, 2]
+    states = [v.state for v in spark_ls.store.table_versions("shopping")]
+    assert states == [VersionState.WRITTEN] * 2  # the hook ran after WRITTEN; nothing undone
+    assert "second_feed's after-WRITTEN hook failed for barrier 2" in caplog.text

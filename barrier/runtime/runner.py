@@ -14,6 +14,7 @@ output. Only the newest attached instance moves main (fencing).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -32,7 +33,7 @@ from lockstep.barrier.model import Barrier
 from lockstep.barrier.ports import JobRuntimeStore
 from lockstep.barrier.runtime.context import BarrierContext
 from lockstep.barrier.session import JobSession
-from lockstep.barrier.sources.base import RootSource
+from lockstep.barrier.sources.base import AfterWritten, RootSource
 from lockstep.errors import LockstepError
 from lockstep.topology.model import JobSpec
 
@@ -44,6 +45,8 @@ StepFn = Callable[[BarrierContext], None]
 Progress = Callable[[str], None]
 FAULT_ENV = "LOCKSTEP_FAULT"  # test fault injection: "<point>:<barrier_id>[:<job_id>]" SIGKILLs
 _NEWEST = 2**62  # "as of the newest barrier"
+log = logging.getLogger("lockstep.runtime")
+
 FAULT_POINTS = ("started", "after_stage", "after_processed", "after_publish", "after_written")
 
 
@@ -266,9 +269,33 @@ class JobRunner:
         }
         _fault_point("after_publish", barrier_id, self.job.job_id)
         self.session.report_written(barrier_id, published)
+        self._after_written(barrier_id)
         _fault_point("after_written", barrier_id, self.job.job_id)
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _after_written(self, barrier_id: int) -> None:
+        """Each root source's after-WRITTEN hook, with its persisted cut of the barrier. The
+        barrier is final: a failing hook is logged, never raised."""
+        hooks = [s for s in self.job.root_sources if isinstance(s, AfterWritten)]
+        if not hooks:
+            return
+        job_id = self.job.job_id
+        cuts = self.store.input_cuts(job_id, barrier_id)
+        for source in hooks:
+            cut = cuts.get(source.name)
+            if cut is None:
+                continue
+            try:
+                source.after_written(job_id, barrier_id, cut)
+            except Exception as e:  # the barrier is WRITTEN: nothing to undo
+                log.warning(
+                    "%s: root source %s's after-WRITTEN hook failed for barrier %d: %s",
+                    job_id,
+                    source.name,
+                    barrier_id,
+                    e,
+                )
 
     def _input_cuts(self, barrier: Barrier, previous: Barrier | None) -> dict[str, dict[str, Any]]:
         """Each root source's cut for ``barrier``: the persisted one on a replay (never a

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from lockstep.barrier.model import Barrier
 
@@ -41,6 +41,20 @@ class RootSource(Protocol):
     def read(self, spark: SparkSession, cut: Mapping[str, Any]) -> DataFrame:
         """Exactly the records of a persisted cut."""
         ...
+
+
+@runtime_checkable
+class AfterWritten(Protocol):
+    """A root source that acts once a barrier it cut is WRITTEN (Kafka commits its consumer
+    group's offsets there).
+
+    The runtime calls :meth:`after_written` right after the job reports the barrier WRITTEN,
+    with the persisted cut. The barrier is final by then: a hook that raises is logged and
+    never fails the job, and a hook lost to a crash is not retried (the next barrier's hook
+    supersedes it), so it suits monitoring and housekeeping, not anything the data depends on.
+    """
+
+    def after_written(self, job_id: str, barrier_id: int, cut: Mapping[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,14 @@ persisted ranges (:meth:`KafkaSource.read`, one Spark task per range, records fe
 the executors). Planning blocks until every partition's end is final, bounded by
 ``max_wait``, then raises :class:`CutNotFinalError` (nothing persisted; safe to retry).
 
-Consumer-group offsets are committed for monitoring only, after WRITTEN: when planning
-barrier ``b``, the source commits the ends of the job's previous barrier (WRITTEN by then);
-:meth:`KafkaSource.commit_written` does it directly, for a runtime hook.
+Consumer-group offsets are committed for monitoring only, after WRITTEN: the runtime calls
+the source's after-WRITTEN hook (:meth:`KafkaSource.after_written`) with the barrier's
+persisted cut, and the source commits its ends to the group ``lockstep.<job>.<source>``.
 
 The previous barrier's cut lives in the metadata store. The job runtime passes it to
-:meth:`KafkaSource.plan_cut` and reuses a persisted cut on a replay; to call ``plan_cut``
-outside the runtime, bind the source to the store (:func:`bind_root_sources`) so it can look
-both up itself.
+:meth:`KafkaSource.plan_cut` and reuses a persisted cut on a replay; only to call
+``plan_cut`` outside the runtime, bind the source to the store (:func:`bind_root_sources`) so
+it can look both up itself.
 """
 
 from __future__ import annotations
@@ -155,7 +155,11 @@ class KafkaSource:
 
     @property
     def consumer_group(self) -> str:
-        return self.group_id or f"lockstep.{self.job_id or 'job'}.{self.name}"
+        return self.consumer_group_of(self.job_id or "job")
+
+    def consumer_group_of(self, job_id: str) -> str:
+        """The consumer group a job's WRITTEN barriers are committed to."""
+        return self.group_id or f"lockstep.{job_id}.{self.name}"
 
     # -- RootSource --------------------------------------------------------------------------------
 
@@ -175,8 +179,6 @@ class KafkaSource:
             if persisted is not None:
                 return dict(persisted)  # a replay: never a fresh look
         prior = self._previous_cut(previous, previous_cut)
-        if prior is not None and previous is not None and self.commit_offsets:
-            self._commit_quietly(prior, previous.barrier_id)
         cut = run_sync(plan_offsets(self, barrier, prior))
         log.info(
             "kafka source %s: barrier %d cut %s",
@@ -209,11 +211,20 @@ class KafkaSource:
 
     # -- consumer-group offsets (monitoring) ---------------------------------------------------
 
-    def commit_written(self, cut: Mapping[str, Any], barrier_id: int) -> None:
+    def after_written(self, job_id: str, barrier_id: int, cut: Mapping[str, Any]) -> None:
+        """The runtime's after-WRITTEN hook: commit the barrier's ends to the job's consumer
+        group (unless ``commit_offsets`` is off)."""
+        if self.commit_offsets:
+            self.commit_written(cut, barrier_id, group=self.consumer_group_of(job_id))
+
+    def commit_written(
+        self, cut: Mapping[str, Any], barrier_id: int, *, group: str | None = None
+    ) -> None:
         """Commit a WRITTEN barrier's end offsets to the consumer group (monitoring only:
         Lockstep's persisted cuts stay the source of truth)."""
         ends = KafkaCut.from_json(cut).ends()
         metadata = json.dumps({"lockstep_barrier": barrier_id, "source": self.name})
+        group_id = group or self.consumer_group
 
         async def commit() -> None:
             aiokafka = aiokafka_module()
@@ -221,7 +232,7 @@ class KafkaSource:
 
             servers = bootstrap_servers(self.bootstrap_servers)
             options = self.client_options
-            async with open_consumer(servers, options, group_id=self.consumer_group) as consumer:
+            async with open_consumer(servers, options, group_id=group_id) as consumer:
                 offsets = {
                     aiokafka.TopicPartition(t, p): OffsetAndMetadata(end, metadata)
                     for (t, p), end in ends.items()
@@ -230,14 +241,6 @@ class KafkaSource:
                 await consumer.commit(offsets)
 
         run_sync(commit())
-
-    def _commit_quietly(self, cut: KafkaCut, barrier_id: int) -> None:
-        try:
-            self.commit_written(cut.to_json(), barrier_id)
-        except Exception as e:  # monitoring only: never fail a barrier for it
-            log.warning(
-                "kafka source %s: committing barrier %d failed: %s", self.name, barrier_id, e
-            )
 
     # -- planning --------------------------------------------------------------------------------
 
@@ -251,7 +254,7 @@ class KafkaSource:
                 raise KafkaSourceError(
                     f"Kafka source {self.name!r} needs the persisted cut of barrier "
                     f"{previous.barrier_id} to start from: run the job with JobRunner (or "
-                    "lockstep run), or bind it: "
+                    "lockstep run), or, to plan outside the runtime, bind it: "
                     "lockstep.barrier.sources.kafka.bind_root_sources(job, ls.store)"
                 )
             given = self.history.input_cuts(self.job_id, previous.barrier_id).get(self.name)
