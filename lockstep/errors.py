@@ -34,6 +34,34 @@ class StoreError(LockstepError):
     """The metadata store could not complete an operation."""
 
 
+class AuthenticationError(LockstepError):
+    """The service did not recognise the caller: no bearer token, or an unknown one."""
+
+
+class PermissionDeniedError(LockstepError):
+    """The caller is known but may not do this (a read token changing the coordinator,
+    someone else's lease, a cross-origin request)."""
+
+
+class RequestTooLargeError(InvalidRequestError):
+    """A request body is over the service's limit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the request body is over the service's limit of {limit} bytes; send less per "
+            "call (or raise max_body_bytes in the service settings)"
+        )
+        self.limit = limit
+
+
+class UnsupportedContentTypeError(InvalidRequestError):
+    """A request body that is not JSON."""
+
+
+class ServiceBusyError(LockstepError):
+    """The service is at capacity for this kind of call (meta SQL, leases): retry later."""
+
+
 class StoreVersionError(StoreError):
     """The metadata store's schema is newer than this release understands."""
 

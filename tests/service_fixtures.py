@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import FakeClock
@@ -12,18 +14,15 @@ from ports import free_port
 
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
+ADMIN_TOKEN = "s3cret-admin-token-01"
+READ_TOKEN = "s3cret-read-token-001"
 
-@pytest.fixture
-def served(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[str, dict[str, str]]]:
-    """A real uvicorn server on loopback with admin and read tokens."""
-    uvicorn = pytest.importorskip("uvicorn")
-    from lockstep.service.app import create_app
-    from lockstep.service.auth import load_tokens
 
-    token_file = tmp_path / "tokens"
-    token_file.write_text("# role token\nadmin s3cret-admin\nread s3cret-read\n")
-    store = SqlMetadataStore.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
-    app = create_app(store, tokens=load_tokens(token_file), sql_timeout_s=5, sql_max_rows=100)
+@contextmanager
+def running(app: Any) -> Iterator[str]:
+    """``app`` served by a real uvicorn on loopback, in a thread; yields its URL."""
+    import uvicorn
+
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -35,7 +34,24 @@ def served(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[str, dict[str, st
             break
         thread.join(0.05)
     assert started.is_set(), "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}", {"admin": "s3cret-admin", "read": "s3cret-read"}
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture
+def served(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[str, dict[str, str]]]:
+    """A real uvicorn server on loopback with admin and read tokens."""
+    pytest.importorskip("uvicorn")
+    from lockstep.service.app import create_app
+    from lockstep.service.auth import load_tokens
+
+    token_file = tmp_path / "tokens"
+    token_file.write_text(f"# role token\nadmin {ADMIN_TOKEN}\nread {READ_TOKEN}\n")
+    store = SqlMetadataStore.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
+    app = create_app(store, tokens=load_tokens(token_file), sql_timeout_s=5, sql_max_rows=100)
+    with running(app) as url:
+        yield url, {"admin": ADMIN_TOKEN, "read": READ_TOKEN}
     store.close()

@@ -22,7 +22,7 @@ def test_serve_from_the_command_line(tmp_path: Path) -> None:
     executable = shutil.which("lockstep", path=str(Path(sys.executable).parent))
     assert executable is not None
     tokens = tmp_path / "tokens"
-    tokens.write_text("admin cli-admin\n")
+    tokens.write_text("admin cli-admin-token-0001\n")
     port = free_port()
     process = subprocess.Popen(
         [
@@ -51,7 +51,7 @@ def test_serve_from_the_command_line(tmp_path: Path) -> None:
                 time.sleep(0.05)
         else:
             raise AssertionError("lockstep serve never became healthy")
-        ls = lockstep.connect(url, token="cli-admin")
+        ls = lockstep.connect(url, token="cli-admin-token-0001")
         first = ls.barriers(limit=1)
         deadline = time.monotonic() + 10
         while not ls.barriers(limit=1) or ls.barriers(limit=1) == first:
@@ -63,4 +63,4 @@ def test_serve_from_the_command_line(tmp_path: Path) -> None:
         _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
     assert f"Lockstep coordinator on http://127.0.0.1:{port}" in stderr
-    assert "cli-admin" not in stderr  # the token is never logged
+    assert "cli-admin-token-0001" not in stderr  # the token is never logged

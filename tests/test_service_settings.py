@@ -37,8 +37,12 @@ def test_bad_settings(tmp_path: Path) -> None:
 
 def test_token_file(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
-    tokens.write_text("# comment\nadmin a-token\nread r-token\n")
-    assert load_tokens(tokens) == {"a-token": Role.ADMIN, "r-token": Role.READ}
+    tokens.write_text("# comment\nadmin a-token-0123456789\nread r-token-0123456789\n")
+    tokens.chmod(0o600)
+    assert load_tokens(tokens) == {
+        "a-token-0123456789": Role.ADMIN,
+        "r-token-0123456789": Role.READ,
+    }
     tokens.write_text("superuser s3cr3t-value\n")
     with pytest.raises(ConfigurationError, match=r"tokens:1: expected 'ROLE TOKEN'") as e:
         load_tokens(tokens)

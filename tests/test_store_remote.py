@@ -14,10 +14,12 @@ from store_contract import StoreContract
 
 import lockstep
 from lockstep.errors import (
+    AuthenticationError,
     ConfigurationError,
     CycleError,
     FencedError,
     NoConsistentBarrierError,
+    PermissionDeniedError,
     ReadOnlyQueryError,
     StoreError,
     UnknownTableError,
@@ -86,12 +88,19 @@ def test_auth_roles(served: tuple[str, dict[str, str]]) -> None:
     assert httpx.get(f"{url}/v1/barriers").status_code == 401
     bad = httpx.get(f"{url}/v1/barriers", headers={"Authorization": "Bearer nope"})
     assert bad.status_code == 401
+    assert bad.json()["error"] == "AuthenticationError"  # the one envelope (#14 finding 9)
+    assert bad.headers["www-authenticate"] == "Bearer"
     reader = lockstep.connect(url, token=tokens["read"])
     assert reader.barriers() == []
-    with pytest.raises(StoreError, match="403"):
+    # a refusal is its own error class, never the StoreError of an outage
+    with pytest.raises(PermissionDeniedError, match="use an admin token"):
         reader.issue_barrier()
-    with pytest.raises(StoreError, match="403"):
+    with pytest.raises(PermissionDeniedError):
         reader.register_job("x", sinks=["t"])
+    with pytest.raises(AuthenticationError, match="unknown bearer token"):
+        lockstep.connect(url, token="not-a-token-0123456789").barriers()
+    assert not issubclass(AuthenticationError, StoreError)
+    assert not issubclass(PermissionDeniedError, StoreError)
 
 
 def test_bad_requests_get_4xx_not_5xx(served: tuple[str, dict[str, str]]) -> None:

@@ -18,6 +18,11 @@ T = TypeVar("T")
 
 # One place for HTTP status codes (STYLE: "mapped in one place, in the service").
 STATUS_BY_ERROR: tuple[tuple[type[errors.LockstepError], int], ...] = (
+    (errors.AuthenticationError, 401),
+    (errors.PermissionDeniedError, 403),
+    (errors.RequestTooLargeError, 413),
+    (errors.UnsupportedContentTypeError, 415),
+    (errors.ServiceBusyError, 429),
     (errors.UnknownJobError, 404),
     (errors.UnknownTableError, 404),
     (errors.UnknownBarrierError, 404),
@@ -65,6 +70,7 @@ _ATTRIBUTES = (
     "name",
     "found",
     "supported",
+    "limit",
 )
 
 

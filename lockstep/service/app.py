@@ -2,8 +2,11 @@
 
 Every operation of the embedded coordinator, one endpoint each, with pydantic request
 models; errors leave as ``{"error", "message", "details"}`` with the status mapped in
-``wire.py``. Endpoints are plain ``def``: the store is synchronous and FastAPI runs them on
-its thread pool.
+``wire.py``, whatever refused the request (a route, validation, auth, the front door in
+``guard.py``). Endpoints are plain ``def``: the store is synchronous and FastAPI runs them
+on its thread pool. Meta SQL and exports run on a small pool of their own, answering 429
+when it and its queue are full, so heavy queries never hold up health checks, the job
+protocol or reads; ``/healthz`` runs on the event loop and never waits for a thread.
 """
 
 from __future__ import annotations
@@ -11,10 +14,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any
 
+import anyio
 import pyarrow as pa
 from fastapi import FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.exceptions import HTTPException
 
 from lockstep.api import wire
 from lockstep.barrier.model import (
@@ -28,13 +33,20 @@ from lockstep.barrier.model import (
     TableStatus,
     TableVersion,
 )
-from lockstep.errors import InvalidRequestError, LockstepError
+from lockstep.errors import (
+    AuthenticationError,
+    InvalidRequestError,
+    LockstepError,
+    PermissionDeniedError,
+    ServiceBusyError,
+)
 from lockstep.meta_tables.query import run_meta_query
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql.schema import to_micros
 from lockstep.readers.model import Lease, SnapshotSet
 from lockstep.service.auth import Role
-from lockstep.service.deps import Admin, Reader
+from lockstep.service.deps import Admin, Caller, Reader
+from lockstep.service.guard import DEFAULT_MAX_BODY_BYTES, Guard
 from lockstep.service.requests import (
     INT64_MAX,
     BarrierPath,
@@ -66,9 +78,15 @@ def create_app(
     tokens: dict[str, Role] | None = None,
     sql_timeout_s: float = 10.0,
     sql_max_rows: int = 10_000,
+    sql_concurrency: int = 4,
+    sql_queue: int = 16,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_leases_per_caller: int = 1_000,
 ) -> FastAPI:
-    """The service app over ``store``; ``tokens`` None disables authentication."""
+    """The service app over ``store``; ``tokens`` None disables authentication (and then
+    only same-origin requests are accepted, see ``guard.py``)."""
     app = FastAPI(title="Lockstep coordinator", version="1")
+    app.add_middleware(Guard, tokens=tokens, max_body_bytes=max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
     def _invalid_request(_request: Request, error: RequestValidationError) -> JSONResponse:
@@ -80,17 +98,29 @@ def create_app(
 
     @app.exception_handler(LockstepError)
     def _lockstep_error(_request: Request, error: LockstepError) -> JSONResponse:
-        return JSONResponse(wire.error_payload(error), status_code=wire.status_for(error))
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, AuthenticationError) else None
+        return JSONResponse(
+            wire.error_payload(error), status_code=wire.status_for(error), headers=headers
+        )
+
+    @app.exception_handler(HTTPException)
+    def _http_error(_request: Request, error: HTTPException) -> JSONResponse:
+        # Starlette's own refusals (no such route, wrong method): the same envelope
+        refusal = InvalidRequestError(f"{error.detail} (HTTP {error.status_code})")
+        return JSONResponse(
+            wire.error_payload(refusal), status_code=error.status_code, headers=error.headers
+        )
 
     app.state.tokens = tokens
     _add_pages(app, store)
     _add_topology(app, store)
     _add_barriers(app, store)
     _add_job_protocol(app, store)
-    _add_reads(app, store)
+    _add_reads(app, store, max_leases_per_caller=max_leases_per_caller)
     _add_operations(app, store)
     _add_leadership(app, store)
-    _add_meta_tables(app, store, sql_timeout_s=sql_timeout_s, sql_max_rows=sql_max_rows)
+    pool = SqlPool(sql_concurrency, sql_queue)
+    _add_meta_tables(app, store, pool, sql_timeout_s=sql_timeout_s, sql_max_rows=sql_max_rows)
     return app
 
 
@@ -107,7 +137,7 @@ def _add_pages(app: FastAPI, store: MetadataStore) -> None:
         return dataclasses.asdict(collect_status(store))
 
     @app.get("/healthz")
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:  # on the event loop: never queued behind work
         return {"status": "ok"}
 
     @app.get("/v1/now")
@@ -214,30 +244,63 @@ def _add_job_protocol(app: FastAPI, store: MetadataStore) -> None:
         return wire.dump(version, TableVersion | None)
 
 
-def _add_reads(app: FastAPI, store: MetadataStore) -> None:
-    """Resolution and read leases."""
+def _add_reads(app: FastAPI, store: MetadataStore, *, max_leases_per_caller: int) -> None:
+    """Resolution and read leases. A lease belongs to the caller that took it: a read token
+    sees, renews and releases only its own (an admin any), and holds at most
+    ``max_leases_per_caller`` at once. The store keeps the owner as the holder's prefix
+    (``<caller>/<holder>``, visible in ``__META_LEASE``); the API shows the holder as given."""
+
+    def check_owner(caller: Caller, lease_id: str) -> None:
+        """Refuse a read caller someone else's live lease (an unknown one is the store's
+        to answer, as embedded)."""
+        lease = next((x for x in store.active_leases() if x.lease_id == lease_id), None)
+        if lease is not None and not caller.is_admin and not _owns(caller, lease):
+            raise PermissionDeniedError(
+                f"lease {lease_id!r} belongs to another caller: a read token may renew and "
+                "release only the leases it took"
+            )
 
     @app.post("/v1/resolve")
     def resolve(body: ResolveIn, _: Reader) -> Any:
         return wire.dump(store.resolve(body.tables, body.level), SnapshotSet)
 
     @app.post("/v1/leases")
-    def acquire_lease(body: LeaseIn, _: Reader) -> Any:
-        lease = store.acquire_lease(body.tables, body.level, ttl_s=body.ttl_s, holder=body.holder)
-        return wire.dump(lease, Lease)
+    def acquire_lease(body: LeaseIn, caller: Reader) -> Any:
+        held = sum(1 for x in store.active_leases() if _owns(caller, x))
+        if held >= max_leases_per_caller:
+            raise ServiceBusyError(
+                f"this caller holds {held} live leases, the most the service allows "
+                f"(max_leases_per_caller): release some (or let them expire) first"
+            )
+        holder = f"{caller.id}/{body.holder}"
+        lease = store.acquire_lease(body.tables, body.level, ttl_s=body.ttl_s, holder=holder)
+        return wire.dump(_as_given(lease), Lease)
 
     @app.post("/v1/leases/{lease_id}/renew")
-    def renew_lease(lease_id: str, body: RenewIn, _: Reader) -> Any:
-        return wire.dump(store.renew_lease(lease_id, ttl_s=body.ttl_s), Lease)
+    def renew_lease(lease_id: str, body: RenewIn, caller: Reader) -> Any:
+        check_owner(caller, lease_id)
+        return wire.dump(_as_given(store.renew_lease(lease_id, ttl_s=body.ttl_s)), Lease)
 
     @app.delete("/v1/leases/{lease_id}")
-    def release_lease(lease_id: str, _: Reader) -> dict[str, str]:
-        store.release_lease(lease_id)
+    def release_lease(lease_id: str, caller: Reader) -> dict[str, str]:
+        check_owner(caller, lease_id)
+        store.release_lease(lease_id)  # idempotent, as in the embedded store
         return {"released": lease_id}
 
     @app.get("/v1/leases")
-    def active_leases(_: Reader) -> Any:
-        return wire.dump(store.active_leases(), list[Lease])
+    def active_leases(caller: Reader) -> Any:
+        mine = [x for x in store.active_leases() if caller.is_admin or _owns(caller, x)]
+        return wire.dump([_as_given(x) for x in mine], list[Lease])
+
+
+def _owns(caller: Caller, lease: Lease) -> bool:
+    return lease.holder.startswith(f"{caller.id}/")
+
+
+def _as_given(lease: Lease) -> Lease:
+    """The lease with its holder as the caller gave it (without the owner prefix)."""
+    _owner, slash, given = lease.holder.partition("/")
+    return dataclasses.replace(lease, holder=given) if slash else lease
 
 
 def _add_operations(app: FastAPI, store: MetadataStore) -> None:
@@ -288,26 +351,52 @@ def _add_leadership(app: FastAPI, store: MetadataStore) -> None:
         return {"resigned": name}
 
 
-def _add_meta_tables(
-    app: FastAPI, store: MetadataStore, *, sql_timeout_s: float, sql_max_rows: int
-) -> None:
-    """Read-only SQL over the meta views, and the view inputs' export."""
+class SqlPool:
+    """Meta SQL and exports run here: ``concurrency`` at once on threads of their own, up
+    to ``queue`` more waiting, and beyond that a 429 at once."""
 
-    @app.post("/v1/sql")
-    def sql(body: SqlIn, _: Reader) -> Response:
-        limit = min(body.max_rows or sql_max_rows, sql_max_rows)
+    def __init__(self, concurrency: int, queue: int) -> None:
+        self.limiter = anyio.CapacityLimiter(concurrency)
+        self.admitted = 0
+        self.capacity = concurrency + queue
+
+    async def run(self, work: Any, *args: Any) -> Any:
+        if self.admitted >= self.capacity:
+            raise ServiceBusyError(
+                f"{self.admitted} meta queries are running or queued, the most the service "
+                "takes (sql_concurrency + sql_queue): retry in a moment"
+            )
+        self.admitted += 1  # the event loop is one thread: no lock needed
+        try:
+            return await anyio.to_thread.run_sync(work, *args, limiter=self.limiter)
+        finally:
+            self.admitted -= 1
+
+
+def _add_meta_tables(
+    app: FastAPI, store: MetadataStore, pool: SqlPool, *, sql_timeout_s: float, sql_max_rows: int
+) -> None:
+    """Read-only SQL over the meta views, and the view inputs' export (on the SQL pool)."""
+
+    def run_sql(query: str, max_rows: int) -> bytes:
         table = run_meta_query(
-            body.query,
+            query,
             store.export_tables,
             now_us=to_micros(store.now()),
-            max_rows=limit,
+            max_rows=max_rows,
             timeout_s=sql_timeout_s,
         )
-        return Response(arrow_ipc(table), media_type=ARROW_STREAM)
+        return arrow_ipc(table)
+
+    @app.post("/v1/sql")
+    async def sql(body: SqlIn, _: Reader) -> Response:
+        limit = min(body.max_rows or sql_max_rows, sql_max_rows)
+        return Response(await pool.run(run_sql, body.query, limit), media_type=ARROW_STREAM)
 
     @app.get("/v1/export/{name}")
-    def export(name: str, _: Reader) -> Response:
-        return Response(arrow_ipc(store.export_tables([name])[name]), media_type=ARROW_STREAM)
+    async def export(name: str, _: Reader) -> Response:
+        data = await pool.run(lambda: arrow_ipc(store.export_tables([name])[name]))
+        return Response(data, media_type=ARROW_STREAM)
 
 
 def arrow_ipc(table: pa.Table) -> bytes:

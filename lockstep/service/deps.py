@@ -1,41 +1,74 @@
 """Who may call what: bearer tokens with two roles, as FastAPI dependencies (``Admin``,
-``Reader``) that every endpoint declares."""
+``Reader``) that every endpoint declares. Each resolves to the :class:`Caller`."""
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Header, HTTPException, Query, Request
+from fastapi import Depends, Header, Query, Request
 
+from lockstep.errors import AuthenticationError, PermissionDeniedError
 from lockstep.service.auth import Role, role_of
 
+LOCAL_CALLER = "local"  # every caller, when the service runs without a token file
 
-def _authenticate(request: Request, authorization: str | None, needed: Role) -> Role:
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: a role, and an id that names the token without revealing it."""
+
+    role: Role
+    id: str
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role is Role.ADMIN
+
+
+def caller_id(token: str) -> str:
+    return "token-" + hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+def bearer(authorization: str | None) -> str | None:
+    scheme, _, presented = (authorization or "").partition(" ")
+    return presented.strip() if scheme.lower() == "bearer" and presented.strip() else None
+
+
+def _authenticate(request: Request, authorization: str | None, needed: Role) -> Caller:
     tokens: dict[str, Role] | None = request.app.state.tokens
     if tokens is None:
-        return Role.ADMIN
-    scheme, _, presented = (authorization or "").partition(" ")
-    found = role_of(tokens, presented) if scheme.lower() == "bearer" else None
-    if found is None:
-        raise HTTPException(401, "missing or unknown bearer token", {"WWW-Authenticate": "Bearer"})
+        return Caller(Role.ADMIN, LOCAL_CALLER)
+    presented = bearer(authorization)
+    found = role_of(tokens, presented) if presented is not None else None
+    if presented is None or found is None:
+        raise AuthenticationError(
+            "missing or unknown bearer token: send 'Authorization: Bearer <token>' with a "
+            "token from the service's token file"
+        )
     if needed is Role.ADMIN and found is not Role.ADMIN:
-        raise HTTPException(403, "this token may read, not change, the coordinator")
-    return found
+        raise PermissionDeniedError(
+            "this token may read, not change, the coordinator: use an admin token"
+        )
+    return Caller(found, caller_id(presented))
 
 
-def require_admin(request: Request, authorization: Annotated[str | None, Header()] = None) -> Role:
+async def require_admin(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> Caller:
     return _authenticate(request, authorization, Role.ADMIN)
 
 
-def require_read(
+async def require_read(
     request: Request,
     authorization: Annotated[str | None, Header()] = None,
     token: Annotated[str | None, Query(description="for browsers: the bearer token")] = None,
-) -> Role:
+) -> Caller:
     if authorization is None and token is not None:
         authorization = f"Bearer {token}"
     return _authenticate(request, authorization, Role.READ)
 
 
-Admin = Annotated[Role, Depends(require_admin)]
-Reader = Annotated[Role, Depends(require_read)]
+Admin = Annotated[Caller, Depends(require_admin)]
+Reader = Annotated[Caller, Depends(require_read)]

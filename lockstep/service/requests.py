@@ -3,18 +3,18 @@ with the ranges the store can hold (a bad request is a 422 that says what was wr
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Path as FastApiPath
 from fastapi import Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from lockstep.readers.levels import ConsistencyLevel
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 INT64_MAX = 2**63 - 1
 Int64 = Annotated[int, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]  # what the store can hold
+BarrierId = Annotated[int, Field(ge=1, le=INT64_MAX)]  # barriers are numbered from 1
 BarrierPath = Annotated[int, FastApiPath(ge=0, le=INT64_MAX)]
 Limit = Annotated[int | None, Query(gt=0, le=1_000_000)]
 
@@ -89,10 +89,10 @@ class RetentionIn(_Body):
 
 class FoundVersionIn(_Body):
     table: Name
-    barrier_id: Int64
+    barrier_id: BarrierId
     job_id: Name
     snapshot_id: Int64
-    committed_at: datetime
+    committed_at: AwareDatetime  # a naive time has no meaning across machines
     input_cuts: dict[str, dict[str, Any]] = {}
 
 

@@ -11,6 +11,7 @@ issuer takes over.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import signal
 import sys
@@ -37,15 +38,25 @@ def serve(settings: ServiceSettings) -> None:
             f"the service keeps its state in a SQL store (sqlite:///… or postgresql://…), "
             f"not {settings.store}"
         )
-    store = open_store(settings.store)
     tokens = load_tokens(settings.token_file) if settings.token_file else None
     if tokens is None:
-        log.warning("no token file: the service accepts every request (development only)")
+        if not is_loopback(settings.host):
+            raise ConfigurationError(
+                f"without a token file the service listens on loopback only, not "
+                f"{settings.host!r}: give --token-file (lines of 'ROLE TOKEN') to serve "
+                "other machines, or --host 127.0.0.1"
+            )
+        log.warning("no token file: every local same-origin request is admin (development only)")
+    store = open_store(settings.store)
     app = create_app(
         store,
         tokens=tokens,
         sql_timeout_s=settings.sql_timeout_s,
         sql_max_rows=settings.sql_max_rows,
+        sql_concurrency=settings.sql_concurrency,
+        sql_queue=settings.sql_queue,
+        max_body_bytes=settings.max_body_bytes,
+        max_leases_per_caller=settings.max_leases_per_caller,
     )
     interval = settings.barrier_interval_s
     ticker = BackgroundIssuer(BarrierIssuer(store, Interval(interval))) if interval else None
@@ -61,6 +72,16 @@ def serve(settings: ServiceSettings) -> None:
         if ticker is not None:
             ticker.stop()
         store.close()
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def main(argv: list[str] | None = None) -> None:

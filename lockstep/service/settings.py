@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockstep.errors import ConfigurationError
@@ -27,8 +27,12 @@ class ServiceSettings(BaseSettings):
     port: int = 8765
     token_file: Path | None = None
     barrier_interval_s: float | None = None
-    sql_timeout_s: float = 10.0
-    sql_max_rows: int = 10_000
+    sql_timeout_s: float = Field(default=10.0, gt=0)
+    sql_max_rows: int = Field(default=10_000, gt=0)
+    sql_concurrency: int = Field(default=4, gt=0)  # meta queries running at once
+    sql_queue: int = Field(default=16, ge=0)  # and waiting; beyond: 429
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    max_leases_per_caller: int = Field(default=1_000, gt=0)
 
     @classmethod
     def load(cls, config_file: Path | None = None, **overrides: Any) -> ServiceSettings:

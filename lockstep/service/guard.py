@@ -1,0 +1,150 @@
+"""The service's front door, before any route runs: who may send a body, how big, from where.
+
+An ASGI middleware, so nothing here waits for FastAPI to read and parse a body:
+
+- with a token file, a request that carries a body (any method but GET, HEAD, OPTIONS)
+  must present a known bearer token *before* its body is read (401 otherwise; the role is
+  checked later, per route);
+- a body over ``max_body_bytes`` is refused with 413, by its ``Content-Length`` at once, or
+  while it streams in, never buffered past the limit;
+- a body must be JSON (415 otherwise);
+- without a token file (development on a laptop), a request whose ``Origin`` is not the
+  service's own is refused with 403, so a web page in the developer's browser cannot send
+  "simple" cross-origin POSTs to the coordinator.
+
+Every refusal uses the service's one error envelope (``lockstep.api.wire``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from lockstep.api import wire
+from lockstep.errors import (
+    AuthenticationError,
+    LockstepError,
+    PermissionDeniedError,
+    RequestTooLargeError,
+    UnsupportedContentTypeError,
+)
+from lockstep.service.auth import Role, role_of
+from lockstep.service.deps import bearer
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+_NO_BODY = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class Guard:
+    """Wraps the app: auth before the body, a body-size limit, JSON only, same origin."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        tokens: dict[str, Role] | None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        self.app = app
+        self.tokens = tokens
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in _NO_BODY:
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            self._check_headers(headers)
+            body = await self._read_body(headers, receive)
+        except LockstepError as error:
+            await _refuse(send, error)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    def _check_headers(self, headers: dict[str, str]) -> None:
+        if self.tokens is not None:
+            presented = bearer(headers.get("authorization"))
+            if presented is None or role_of(self.tokens, presented) is None:
+                raise AuthenticationError(
+                    "missing or unknown bearer token: send 'Authorization: Bearer <token>' "
+                    "with a token from the service's token file"
+                )
+        elif not _same_origin(headers):
+            raise PermissionDeniedError(
+                f"cross-origin request from {headers.get('origin')!r} refused: without a "
+                "token file the service accepts requests only from its own origin"
+            )
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise RequestTooLargeError(self.max_body_bytes)
+        kind = headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind and kind != "application/json":
+            raise UnsupportedContentTypeError(
+                f"request bodies are JSON: send 'Content-Type: application/json', not {kind!r}"
+            )
+
+    async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break  # the client went away: the app sees an empty body and the disconnect
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise RequestTooLargeError(self.max_body_bytes)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        if body and "content-type" not in headers:
+            raise UnsupportedContentTypeError(
+                "request bodies are JSON: send 'Content-Type: application/json'"
+            )
+        return body
+
+
+def _same_origin(headers: dict[str, str]) -> bool:
+    origin = headers.get("origin")
+    if origin is None:
+        return True  # not sent by a browser on another page
+    return urlsplit(origin).netloc.lower() == headers.get("host", "").lower()
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands the app the body already read, then the real channel."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+async def _refuse(send: Send, error: LockstepError) -> None:
+    payload = json.dumps(wire.error_payload(error)).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        (b"connection", b"close"),
+    ]
+    if isinstance(error, AuthenticationError):
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send(
+        {"type": "http.response.start", "status": wire.status_for(error), "headers": headers}
+    )
+    await send({"type": "http.response.body", "body": payload})
