@@ -140,3 +140,20 @@ def test_curve_verdicts() -> None:
     assert curve.verdict(sizes, [2.0, 2.05, 2.1, 2.0]) == "flat"
     assert curve.verdict(sizes, [2.0, 2.6, 3.2, 3.8]) == "log"
     assert curve.verdict(sizes, [1.0, 10.0, 100.0, 1000.0]) == "linear"
+
+
+def test_durability_benchmark_compares_full_with_normal(tmp_path: Path) -> None:
+    result, stdout = run_bench(tmp_path, "durability.py")
+    ops = {"issue_barrier", "next_barrier", "report_processed", "report_written"}
+    for mode in ("full", "normal"):
+        mine = {f["op"]: f for f in result["figures"] if f["backend"] == mode}
+        assert set(mine) == {*ops, "floor: insert+commit"}
+        for op in ops:  # each against the floor of its own mode
+            assert 0 < mine[op]["p50_ms"] <= mine[op]["p99_ms"], op
+            assert mine[op]["baseline"] == "floor: insert+commit", op
+            assert mine[op]["ratio"] == pytest.approx(
+                mine[op]["p50_ms"] / mine["floor: insert+commit"]["p50_ms"]
+            )
+    assert {c["op"] for c in result["cost"]} == {*ops, "floor: insert+commit"}
+    assert all(c["full"] > 0 and c["normal"] > 0 for c in result["cost"])
+    assert "Cost of durability (p50 ms, FULL over NORMAL)" in stdout
