@@ -174,3 +174,4 @@ class FoundVersion:
     snapshot_id: int
     committed_at: datetime
     input_cuts: dict[str, dict[str, Any]]
+    barrier_ts: datetime | None = None  # the barrier's issue time, as the commit recorded it

@@ -128,10 +128,15 @@ VIEWS: tuple[MetaView, ...] = (
     MetaView(
         "__META_BARRIER",
         "Issued barriers and their transaction state over the tables in scope "
-        "(ISSUED, PRECOMMIT = processed in all, COMMIT = written in all).",
-        ("ls_barrier", "ls_table_version", "ls_job_sink", "ls_job"),
+        "(ISSUED, PRECOMMIT = processed in all, COMMIT = written in all; a barrier older "
+        "than every table's expiration horizon was written in all, even where repair found "
+        "its versions expired).",
+        ("ls_barrier", "ls_table_version", "ls_job_sink", "ls_job", "ls_retention"),
         f"""
-        WITH counts AS (
+        WITH expired AS (
+            SELECT coalesce(min(coalesce(r.keep_from, 0)), 0) AS below
+            FROM ls_job_sink k LEFT JOIN ls_retention r ON r.table_name = k.table_name
+        ), counts AS (
             SELECT barrier_id, count(*) AS processed,
                    count(*) FILTER (WHERE state = 'WRITTEN') AS written
             FROM ls_table_version GROUP BY barrier_id
@@ -147,9 +152,11 @@ VIEWS: tuple[MetaView, ...] = (
                coalesce(c.processed, 0) AS tables_processed,
                coalesce(c.written, 0) AS tables_written,
                CASE WHEN s.total > 0 AND coalesce(c.written, 0) >= s.total THEN 'COMMIT'
+                    WHEN s.total > 0 AND b.barrier_id < e.below THEN 'COMMIT'
                     WHEN s.total > 0 AND coalesce(c.processed, 0) >= s.total THEN 'PRECOMMIT'
                     ELSE 'ISSUED' END AS state
         FROM ls_barrier b JOIN scope s USING (barrier_id) LEFT JOIN counts c USING (barrier_id)
+        CROSS JOIN expired e
         """,
         keys={
             "barrier_id": (

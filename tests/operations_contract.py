@@ -238,3 +238,47 @@ class OperationsContract:
         with pytest.raises(InvalidRequestError, match="registered writer is 'load_shopping'"):
             store.restore_versions([wrong])
         assert dump(store) == before
+
+    def test_restore_keeps_issue_times_states_and_expiration_horizons(
+        self, store: MetadataStore
+    ) -> None:
+        """#14 finding 13: a store rebuilt from tables whose barriers 1-2 were expired. The
+        barriers get the issue times the commits recorded, come back COMMIT, and each table's
+        horizon is its oldest version, so a revision to an expired barrier is refused."""
+        register(store)
+        issued = {b: datetime(2026, 3, 1, 0, b, tzinfo=timezone.utc) for b in (1, 2, 3, 4)}
+        found = [
+            FoundVersion(
+                table,
+                b,
+                job,
+                snapshot_id(table, b),
+                issued[b].replace(second=30),  # committed 30 s after the barrier was issued
+                {},
+                barrier_ts=issued[b],
+            )
+            for b in (3, 4)  # 1 and 2 were expired: not on main any more
+            for job, table in (
+                ("load_shopping", "shopping"),
+                ("sum_amount", "user_item_amount"),
+                ("sum_price", "user_item_price"),
+            )
+        ]
+        store.restore_versions(found)
+        assert {b: store.get_barrier(b).ts for b in (3, 4)} == {3: issued[3], 4: issued[4]}
+        assert store.get_barrier(1).ts < store.get_barrier(2).ts < issued[3]
+        states = store.query_meta("SELECT barrier_id, state FROM __META_BARRIER ORDER BY 1")
+        assert states.column("state").to_pylist() == ["COMMIT"] * 4
+        delays = store.query_meta("SELECT min(e2e_delay_s) AS d FROM __META_DELAY")
+        assert delays.column("d").to_pylist() == [30.0]  # never negative
+        horizons = store.query_meta("SELECT table_name, keep_from FROM __META_RETENTION")
+        assert set(horizons.column("keep_from").to_pylist()) == {3}
+        assert horizons.num_rows == 3
+        before = dump(store)
+        with pytest.raises(SnapshotExpiredError, match="before barrier 3 were expired"):
+            store.begin_revision("shopping", 2)
+        assert dump(store) == before
+        bogus = FoundVersion("shopping", 2**62, "load_shopping", 1, issued[4], {})
+        with pytest.raises(InvalidRequestError, match="tag is likely corrupt"):
+            store.restore_versions([bogus])
+        assert dump(store) == before

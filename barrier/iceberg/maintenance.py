@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockstep.barrier.iceberg.tables import (
     BARRIER_PROPERTY,
+    BARRIER_TS_PROPERTY,
     INPUT_CUTS_PROPERTY,
     JOB_PROPERTY,
     REVISION_PROPERTY,
@@ -45,6 +46,16 @@ class SnapshotInfo:
     @property
     def job_id(self) -> str | None:
         return self.summary.get(JOB_PROPERTY)
+
+    @property
+    def barrier_ts(self) -> datetime | None:
+        """The barrier's issue time, if the commit recorded it (``lockstep.barrier-ts``)."""
+        raw = self.summary.get(BARRIER_TS_PROPERTY)
+        try:
+            ts = datetime.fromisoformat(raw) if raw else None
+        except ValueError:
+            return None
+        return ts if ts is None or ts.tzinfo is not None else None
 
     @property
     def input_cuts(self) -> dict[str, dict[str, Any]]:

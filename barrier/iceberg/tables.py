@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 BARRIER_PROPERTY = "lockstep.barrier"
 JOB_PROPERTY = "lockstep.job"
 INPUT_CUTS_PROPERTY = "lockstep.input-cuts"  # JSON {source: cut}, on root jobs' commits
+BARRIER_TS_PROPERTY = "lockstep.barrier-ts"  # the barrier's issue time (ISO 8601, UTC)
 REVISION_PROPERTY = "lockstep.revision"  # on the commit that empties a table for a revision
 SIGN_COLUMN = "_sign"
 TABLE_PROPERTIES = {

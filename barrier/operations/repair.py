@@ -119,6 +119,7 @@ def found_versions(tables: IcebergTables, table: str) -> list[FoundVersion]:
             snapshot_id=snapshot.snapshot_id,
             committed_at=snapshot.committed_at,
             input_cuts=snapshot.input_cuts,
+            barrier_ts=snapshot.barrier_ts,
         )
     return [versions[b] for b in sorted(versions)]
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from lockstep.barrier.iceberg import maintenance
 from lockstep.barrier.iceberg.tables import IcebergTables
 from lockstep.barrier.model import Revision
+from lockstep.errors import SnapshotExpiredError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,6 +43,8 @@ def revise(
     """Revise ``table`` (and its downstream closure) back to ``to_barrier``, or reprocess
     everything from the start with ``full``; returns the finished revision."""
     say = progress or (lambda _message: None)
+    if not full:  # the store alone cannot say the snapshots still exist (a repaired store)
+        check_kept_snapshots(spark, tables, store.plan_revision(table, to_barrier))
     revision = store.begin_revision(table, to_barrier, full=full)
     say(
         f"revision {revision.revision_id}: fenced {', '.join(revision.jobs)}; rolling back "
@@ -51,6 +54,26 @@ def revise(
     finished = store.finish_revision(revision.revision_id)
     say(f"revision {revision.revision_id}: done; start the jobs to reprocess")
     return finished
+
+
+def check_kept_snapshots(spark: SparkSession, tables: IcebergTables, plan: Revision) -> None:
+    """Before anything changes: every snapshot the revision rolls back to is still on its
+    table's main (expiration, or a store rebuilt by repair, can leave the store believing
+    in a snapshot the table no longer has)."""
+    for t in plan.tables:
+        if t.keep_snapshot is None or t.keep_barrier is None or not tables.exists(spark, t.table):
+            continue
+        on_main = list(maintenance.history(tables, t.table).main_ancestry())
+        if any(s.snapshot_id == t.keep_snapshot for s in on_main):
+            continue
+        oldest = min((s.barrier_id for s in on_main if s.barrier_id is not None), default=None)
+        raise SnapshotExpiredError(
+            t.table,
+            t.keep_barrier,
+            oldest if oldest is not None else t.keep_barrier + 1,
+            f"revising to barrier {plan.to_barrier} (snapshot {t.keep_snapshot}, no longer on "
+            "the table's main)",
+        )
 
 
 def roll_back(

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockstep.barrier.iceberg.tables import (
     BARRIER_PROPERTY,
+    BARRIER_TS_PROPERTY,
     INPUT_CUTS_PROPERTY,
     JOB_PROPERTY,
     IcebergTables,
@@ -247,7 +248,11 @@ class JobRunner:
             previous=previous,
             cuts=cuts,
         )
-        tags = {BARRIER_PROPERTY: str(b), JOB_PROPERTY: job_id}
+        tags = {
+            BARRIER_PROPERTY: str(b),
+            JOB_PROPERTY: job_id,
+            BARRIER_TS_PROPERTY: barrier.ts.isoformat(),  # repair restores the issue time
+        }
         if cuts:  # the table carries its own input cuts: `lockstep repair` can restore them
             tags[INPUT_CUTS_PROPERTY] = json.dumps(cuts, sort_keys=True)
         with commit_properties(self.spark, tags):

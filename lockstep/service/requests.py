@@ -94,6 +94,7 @@ class FoundVersionIn(_Body):
     snapshot_id: Int64
     committed_at: AwareDatetime  # a naive time has no meaning across machines
     input_cuts: dict[str, dict[str, Any]] = {}
+    barrier_ts: AwareDatetime | None = None
 
 
 class RestoreIn(_Body):

@@ -2,8 +2,9 @@
 
 The caller (``lockstep.barrier.operations.repair``) reads each table's main history and its snapshot
 summaries (``lockstep.barrier``, ``lockstep.job``, ``lockstep.input-cuts``) and decides what
-to restore; this applies it in one transaction: missing barriers, WRITTEN versions, the
-jobs' progress and their persisted input cuts.
+to restore; this applies it in one transaction: missing barriers (timed by the issue time
+the commits recorded), WRITTEN versions, the jobs' progress and their persisted input cuts,
+and each table's expiration horizon (its oldest version still on main).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import CommitState, FoundVersion, TableVersion, VersionState
@@ -23,6 +24,7 @@ from lockstep.meta_tables.store.sql.schema import (
     InputCutRow,
     JobSinkRow,
     PendingCommitRow,
+    RetentionRow,
     TableVersionRow,
 )
 
@@ -40,6 +42,7 @@ def restore(s: Session, found: Sequence[FoundVersion], now: datetime) -> list[Ta
                 "they ran, then repair again"
             )
     _restore_barriers(s, found)
+    _restore_retention(s, found, now)
     changed = []
     for f in sorted(found, key=lambda f: (f.barrier_id, f.table)):
         row = s.get(TableVersionRow, (f.table, f.barrier_id))
@@ -67,29 +70,62 @@ def restore(s: Session, found: Sequence[FoundVersion], now: datetime) -> list[Ta
     return changed
 
 
+MAX_RESTORED_BARRIERS = 10_000_000  # more is a corrupt tag, not a history
+
+
 def _restore_barriers(s: Session, found: Sequence[FoundVersion]) -> None:
-    """Issue the barriers the store lost, timed by their first commit (never before the
-    previous barrier): barrier ids stay those the tables carry."""
+    """Issue the barriers the store lost, with ids as the tables carry them and times from
+    the evidence: the issue time a commit recorded (``lockstep.barrier-ts``), else the
+    barrier's first commit; never before the previous barrier."""
     if not found:
         return
     last = s.execute(
         select(BarrierRow.barrier_id, BarrierRow.ts).order_by(BarrierRow.barrier_id.desc()).limit(1)
     ).first()
     last_id, last_ts = (0, None) if last is None else (last[0], last[1])
-    first_commit: dict[int, datetime] = {}
+    evidence: dict[int, datetime] = {}
     for f in found:
         if f.barrier_id > last_id:
-            seen = first_commit.get(f.barrier_id)
-            first_commit[f.barrier_id] = min(seen, f.committed_at) if seen else f.committed_at
-    for barrier_id in range(last_id + 1, max(first_commit, default=last_id) + 1):
-        ts = first_commit.get(barrier_id, last_ts + _TICK if last_ts else None)
-        if ts is None:
-            ts = min(first_commit.values())
+            ts = f.barrier_ts or f.committed_at
+            seen = evidence.get(f.barrier_id)
+            evidence[f.barrier_id] = min(seen, ts) if seen else ts
+    newest = max(evidence, default=last_id)
+    if newest - last_id > MAX_RESTORED_BARRIERS:
+        raise InvalidRequestError(
+            f"restoring barrier {newest} would create {newest - last_id} barriers after "
+            f"barrier {last_id}, more than {MAX_RESTORED_BARRIERS}: a table's lockstep.barrier "
+            "tag is likely corrupt; check the found versions"
+        )
+    rows = []
+    for barrier_id in range(last_id + 1, newest + 1):
+        known = evidence.get(barrier_id)
+        if known is not None:
+            ts = known
+        elif last_ts is not None:  # a barrier no table carries any more: after the previous
+            ts = last_ts + _TICK
+        else:  # or, before the first with evidence, just before that one
+            first = min(evidence)
+            ts = evidence[first] - (first - barrier_id) * _TICK
         if last_ts is not None and ts <= last_ts:
             ts = last_ts + _TICK
-        s.add(BarrierRow(barrier_id=barrier_id, ts=ts))
+        rows.append({"barrier_id": barrier_id, "ts": ts})
         last_ts = ts
-    s.flush()
+    if rows:
+        s.execute(insert(BarrierRow), rows)  # one bulk insert, not an ORM object per barrier
+
+
+def _restore_retention(s: Session, found: Sequence[FoundVersion], now: datetime) -> None:
+    """What a table no longer has on main (expired) is never handed out: its horizon is at
+    least its oldest found version, so a revise to an expired barrier is refused again."""
+    oldest: dict[str, int] = {}
+    for f in found:
+        oldest[f.table] = min(oldest.get(f.table, f.barrier_id), f.barrier_id)
+    for table, keep_from in oldest.items():
+        row = s.get(RetentionRow, table)
+        if row is None:
+            s.add(RetentionRow(table_name=table, keep_from=keep_from, updated_at=now))
+        elif row.keep_from < keep_from:
+            row.keep_from, row.updated_at = keep_from, now
 
 
 def _restore_progress(s: Session, f: FoundVersion) -> None:

@@ -65,8 +65,12 @@ def plan(s: Session, table: str, to_barrier: int, *, full: bool) -> Revision:
         )
     closure_tables = {t.table for t in revised}
     for t in revised:
-        if t.keep_barrier is not None:
-            _check_kept(s, t.table, t.keep_barrier, f"revising {table!r} to barrier {to_barrier}")
+        # no version at or before the target is either "nothing yet" or "expired": emptying
+        # the table is right only in the first case (a store rebuilt by repair has no rows
+        # for expired versions, only the horizon)
+        needed = t.keep_barrier if t.keep_barrier is not None else to_barrier or None
+        if needed is not None:
+            _check_kept(s, t.table, needed, f"revising {table!r} to barrier {to_barrier}")
     for job_id in jobs:
         for source in topo.job(job_id).sources:
             if source not in closure_tables:
