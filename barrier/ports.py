@@ -102,6 +102,8 @@ class RevisionStore(Protocol):
 
     def finish_revision(self, revision_id: int) -> Revision: ...
 
+    def revisions(self, *, limit: int | None = None) -> list[Revision]: ...
+
 
 class RetentionStore(Protocol):
     """Expiring snapshots (:mod:`lockstep.barrier.operations.expire`)."""

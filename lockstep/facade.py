@@ -179,10 +179,14 @@ class Lockstep:
     ) -> Revision:
         """Take ``table`` and everything downstream back to ``to_barrier`` (``full``: empty
         them and reprocess from the start); ``dry_run`` only plans. The jobs reprocess when
-        they next start."""
+        they next start. A dry run checks the tables too, where the warehouse is known."""
+        from lockstep.barrier.operations.revise import check_on_tables, revise
+
         if dry_run:
-            return self.store.plan_revision(table, to_barrier, full=full)
-        from lockstep.barrier.operations.revise import revise
+            plan = self.store.plan_revision(table, to_barrier, full=full)
+            if self.config.warehouse is not None:
+                check_on_tables(self.iceberg, plan)
+            return plan
 
         spark = spark or self.spark()
         self.iceberg.register_catalog(spark)

@@ -6,7 +6,8 @@ Mixed into every backend's contract suite (SQLite, PostgreSQL, the HTTP service)
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import dataclasses
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from pipelines import SHOPPING, register, run_barrier, snapshot_id
@@ -282,3 +283,54 @@ class OperationsContract:
         with pytest.raises(InvalidRequestError, match="tag is likely corrupt"):
             store.restore_versions([bogus])
         assert dump(store) == before
+
+    def test_restore_into_a_store_that_issued_barriers_before_the_jobs_registered(
+        self, store: MetadataStore
+    ) -> None:
+        """#14 finding 13: the store was lost and a ticker issued barriers 1-5 into the new
+        one before the jobs were registered again (so they "start after 5"); the tables carry
+        barriers 3 and 4 (1 and 2 expired). Repair times 3 and 4 from the tables (first
+        commits, then the issue times the commits recorded), moves 1 and 2 before them, and
+        counts the jobs from the start: COMMIT where every table holds a barrier, and the
+        jobs go on with barrier 5 instead of skipping it."""
+        ticked = [store.issue_barrier() for _ in range(5)]
+        register(store)
+        lost = ticked[0].ts - timedelta(hours=1)  # the tables were written before the loss
+        issued = {b: lost + timedelta(minutes=b) for b in (3, 4)}
+        writers = (
+            ("load_shopping", "shopping"),
+            ("sum_amount", "user_item_amount"),
+            ("sum_price", "user_item_price"),
+        )
+        untagged = [
+            FoundVersion(
+                table,
+                b,
+                job,
+                snapshot_id(table, b),
+                issued[b] + timedelta(seconds=30 + 10 * i),  # a commit per job, in order
+                {},
+            )
+            for b in (3, 4)
+            for i, (job, table) in enumerate(writers)
+        ]
+        assert len(store.restore_versions(untagged)) == 6
+        ts = {b.barrier_id: b.ts for b in store.list_barriers()}
+        # written before the tag existed: the first commit, not the ticker's later time
+        assert [ts[3], ts[4]] == [issued[b] + timedelta(seconds=30) for b in (3, 4)]
+        assert ts[1] < ts[2] < ts[3]
+        assert ts[5] == ticked[4].ts  # after the tables' newest barrier: left alone
+        tagged = [dataclasses.replace(f, barrier_ts=issued[f.barrier_id]) for f in untagged]
+        assert store.restore_versions(tagged) == []  # the versions were there already
+        ts = {b.barrier_id: b.ts for b in store.list_barriers()}
+        assert [ts[3], ts[4]] == [issued[3], issued[4]]  # the recorded issue times
+        assert ts[1] < ts[2] < ts[3] < ts[4] < ts[5]
+
+        states = store.query_meta("SELECT barrier_id, state FROM __META_BARRIER ORDER BY 1")
+        assert states.column("state").to_pylist() == ["COMMIT"] * 4 + ["ISSUED"]
+        delays = store.query_meta("SELECT min(e2e_delay_s) AS d FROM __META_DELAY")
+        assert delays.column("d").to_pylist() == [30.0]  # never negative
+        token = store.attach("load_shopping").token
+        barrier = store.next_barrier("load_shopping", token)
+        assert barrier is not None
+        assert barrier.barrier_id == 5

@@ -11,6 +11,10 @@ snapshot of each barrier as that barrier's version, and compares with the store:
 - WRITTEN in the store but not on main, or written by another job than the registered
   writer → reported, left alone.
 
+Barriers come back with the issue times the commits recorded (``lockstep.barrier-ts``), and
+each table's expiration horizon with the oldest version main still has: what expiration
+removed stays refused (reads, revisions).
+
 The topology is not in the tables: register the jobs (or start them) before repairing.
 """
 
@@ -68,6 +72,7 @@ def repair(
         )
     report = RepairReport()
     to_restore: list[FoundVersion] = []
+    oldest: list[FoundVersion] = []  # each table's oldest version on main: its horizon
     for table in sorted(t for t in topo.tables if topo.writer_of(t) is not None):
         writer = topo.writer_of(table)
         assert writer is not None
@@ -84,6 +89,9 @@ def repair(
                 report.findings.append(finding)
                 if finding.kind in ("restored", "published", "replaced"):
                     to_restore.append(version)
+        own = [v for v in found if v.job_id == writer]
+        if own and own[0] not in to_restore:
+            oldest.append(own[0])  # already in the store: restoring it changes nothing else
         on_main = {v.barrier_id for v in found}
         for barrier_id, v in sorted(stored.items()):
             if v.state is VersionState.WRITTEN and barrier_id not in on_main:
@@ -98,7 +106,9 @@ def repair(
                 )
         say(f"{table}: {len(found)} barrier(s) on main, {len(stored)} in the store")
     if to_restore and not dry_run:
-        report.restored = store.restore_versions(to_restore)
+        # with each table's oldest version, so the store sets the table's horizon from the
+        # oldest snapshot main still has, not from the oldest it was missing
+        report.restored = store.restore_versions([*to_restore, *oldest])
     return report
 
 

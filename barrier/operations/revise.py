@@ -8,6 +8,11 @@
 3. ``finish_revision``: the jobs may start; they reprocess from the barrier after the
    target, root jobs from their persisted input cuts.
 
+Before step 1, the tables themselves are checked (:func:`check_on_tables`), not the store
+alone: every snapshot the revision goes back to must still be on its table's main, and a
+table it would empty must show that it held nothing at the target barrier. A store rebuilt
+by repair, or snapshots expired behind Lockstep's back, would otherwise roll back to nothing.
+
 A crash anywhere leaves the revision IN_PROGRESS; running the same revision again resumes
 it (every step is idempotent). Unrelated jobs keep running throughout.
 """
@@ -18,9 +23,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from lockstep.barrier.iceberg import maintenance
-from lockstep.barrier.iceberg.tables import IcebergTables
-from lockstep.barrier.model import Revision
-from lockstep.errors import SnapshotExpiredError
+from lockstep.barrier.iceberg.tables import REVISION_PROPERTY, IcebergTables
+from lockstep.barrier.model import RevisedTable, Revision, RevisionState
+from lockstep.barrier.operations import rules
+from lockstep.errors import InvalidRequestError, SnapshotExpiredError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,9 +49,11 @@ def revise(
     """Revise ``table`` (and its downstream closure) back to ``to_barrier``, or reprocess
     everything from the start with ``full``; returns the finished revision."""
     say = progress or (lambda _message: None)
-    if not full:  # the store alone cannot say the snapshots still exist (a repaired store)
-        check_kept_snapshots(spark, tables, store.plan_revision(table, to_barrier))
+    planned = _planned(store, table, to_barrier, full)
+    check_on_tables(tables, planned)  # before the store or any table changes
     revision = store.begin_revision(table, to_barrier, full=full)
+    if revision.tables != planned.tables:  # the store moved in between: check what it began
+        check_on_tables(tables, revision)
     say(
         f"revision {revision.revision_id}: fenced {', '.join(revision.jobs)}; rolling back "
         f"{len(revision.tables)} table(s)"
@@ -56,24 +64,77 @@ def revise(
     return finished
 
 
-def check_kept_snapshots(spark: SparkSession, tables: IcebergTables, plan: Revision) -> None:
-    """Before anything changes: every snapshot the revision rolls back to is still on its
-    table's main (expiration, or a store rebuilt by repair, can leave the store believing
-    in a snapshot the table no longer has)."""
+def _planned(store: RevisionStore, table: str, to_barrier: int, full: bool) -> Revision:
+    """What ``begin_revision`` is about to do: resume the same revision if it is in
+    progress (its versions are already moved aside, so planning it afresh would find
+    nothing to revise), else begin the plan."""
+    in_progress = [r for r in store.revisions() if r.state is RevisionState.IN_PROGRESS]
+    resumed = rules.resumable(in_progress, table, 0 if full else to_barrier, full)
+    return resumed or store.plan_revision(table, to_barrier, full=full)
+
+
+def check_on_tables(tables: IcebergTables, plan: Revision) -> None:
+    """Check on each table's own metadata (pyiceberg, no Spark) that the revision can be
+    done without losing data: the snapshot a table goes back to is still on its main, and a
+    table to be emptied held nothing at the target barrier. A full revision empties every
+    table and needs no old snapshot. Raises before anything changes."""
+    if plan.full:
+        return
     for t in plan.tables:
-        if t.keep_snapshot is None or t.keep_barrier is None or not tables.exists(spark, t.table):
-            continue
+        if not (tables.location(t.table) / "metadata").is_dir():
+            continue  # no Iceberg table: nothing to roll back (roll_back skips it too)
         on_main = list(maintenance.history(tables, t.table).main_ancestry())
-        if any(s.snapshot_id == t.keep_snapshot for s in on_main):
-            continue
-        oldest = min((s.barrier_id for s in on_main if s.barrier_id is not None), default=None)
+        if t.keep_snapshot is not None:
+            _check_kept(t, plan.to_barrier, on_main)
+        else:
+            _check_nothing_kept(t, plan.to_barrier, on_main)
+
+
+def _check_kept(t: RevisedTable, to_barrier: int, on_main: list[maintenance.SnapshotInfo]) -> None:
+    """The snapshot the table goes back to is on its main (rollback needs an ancestor)."""
+    if any(s.snapshot_id == t.keep_snapshot for s in on_main):
+        return
+    oldest = _oldest_barrier(on_main)
+    keep_barrier = t.keep_barrier if t.keep_barrier is not None else to_barrier
+    raise SnapshotExpiredError(
+        t.table,
+        keep_barrier,
+        oldest if oldest is not None else keep_barrier + 1,
+        f"revising to barrier {to_barrier} (snapshot {t.keep_snapshot}, no longer on the "
+        "table's main)",
+    )
+
+
+def _check_nothing_kept(
+    t: RevisedTable, to_barrier: int, on_main: list[maintenance.SnapshotInfo]
+) -> None:
+    """The store has no version of the table at or before the target, so the revision
+    would empty it: right only if main shows nothing there, back to its first snapshot or
+    to a revision that emptied it (older history was revised away)."""
+    for snapshot in on_main:  # newest first
+        if REVISION_PROPERTY in snapshot.summary:
+            return
+        b = snapshot.barrier_id
+        if b is not None and b <= to_barrier:
+            raise InvalidRequestError(
+                f"revising to barrier {to_barrier} would empty {t.table!r}, but its main holds "
+                f"barrier {b} (snapshot {snapshot.snapshot_id}) that the store does not know: "
+                "run `lockstep repair` first, then revise again"
+            )
+    if on_main and on_main[-1].parent_id is not None:  # main's history is cut: expired
+        oldest = _oldest_barrier(on_main)
         raise SnapshotExpiredError(
             t.table,
-            t.keep_barrier,
-            oldest if oldest is not None else t.keep_barrier + 1,
-            f"revising to barrier {plan.to_barrier} (snapshot {t.keep_snapshot}, no longer on "
-            "the table's main)",
+            to_barrier,
+            oldest if oldest is not None else to_barrier + 1,
+            f"revising to barrier {to_barrier} (the store has no version of the table at or "
+            "before it, so it would be emptied, but its main's history is cut: snapshot "
+            f"{on_main[-1].parent_id}, before barrier {oldest}, is gone)",
         )
+
+
+def _oldest_barrier(on_main: list[maintenance.SnapshotInfo]) -> int | None:
+    return min((s.barrier_id for s in on_main if s.barrier_id is not None), default=None)
 
 
 def roll_back(

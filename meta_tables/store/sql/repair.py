@@ -2,15 +2,16 @@
 
 The caller (``lockstep.barrier.operations.repair``) reads each table's main history and its snapshot
 summaries (``lockstep.barrier``, ``lockstep.job``, ``lockstep.input-cuts``) and decides what
-to restore; this applies it in one transaction: missing barriers (timed by the issue time
-the commits recorded), WRITTEN versions, the jobs' progress and their persisted input cuts,
-and each table's expiration horizon (its oldest version still on main).
+to restore; this applies it in one transaction: the barriers (missing ones, and the times
+of all it found, from the issue times the commits recorded), WRITTEN versions, the jobs'
+progress, start and persisted input cuts, and each table's expiration horizon (its oldest
+version still on main, which the caller sends along).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy import insert, select, update
@@ -42,6 +43,7 @@ def restore(s: Session, found: Sequence[FoundVersion], now: datetime) -> list[Ta
                 "they ran, then repair again"
             )
     _restore_barriers(s, found)
+    _restore_start(s, found)
     _restore_retention(s, found, now)
     changed = []
     for f in sorted(found, key=lambda f: (f.barrier_id, f.table)):
@@ -71,47 +73,97 @@ def restore(s: Session, found: Sequence[FoundVersion], now: datetime) -> list[Ta
 
 
 MAX_RESTORED_BARRIERS = 10_000_000  # more is a corrupt tag, not a history
+_INSERT_CHUNK = 10_000
 
 
 def _restore_barriers(s: Session, found: Sequence[FoundVersion]) -> None:
-    """Issue the barriers the store lost, with ids as the tables carry them and times from
-    the evidence: the issue time a commit recorded (``lockstep.barrier-ts``), else the
-    barrier's first commit; never before the previous barrier."""
+    """Give the barriers the tables carry the times the evidence says, with ids as the
+    tables carry them, and keep every barrier's time strictly increasing with its id.
+
+    A barrier's evidence is the issue time its commits recorded (``lockstep.barrier-ts``),
+    else its first commit, and never after its first commit. A recorded issue time replaces
+    the store's (which may be that of a barrier issued again into an empty store before the
+    repair, by a service's ticker); a first commit only moves it earlier. A barrier no table
+    carries any more is placed just before the next one, and one the store has moves
+    earlier where a later barrier's evidence needs it.
+    """
     if not found:
         return
-    last = s.execute(
-        select(BarrierRow.barrier_id, BarrierRow.ts).order_by(BarrierRow.barrier_id.desc()).limit(1)
-    ).first()
-    last_id, last_ts = (0, None) if last is None else (last[0], last[1])
-    evidence: dict[int, datetime] = {}
-    for f in found:
-        if f.barrier_id > last_id:
-            ts = f.barrier_ts or f.committed_at
-            seen = evidence.get(f.barrier_id)
-            evidence[f.barrier_id] = min(seen, ts) if seen else ts
-    newest = max(evidence, default=last_id)
+    evidence = _evidence(found)
+    stored: dict[int, datetime] = {
+        b: ts for b, ts in s.execute(select(BarrierRow.barrier_id, BarrierRow.ts))
+    }
+    last_id, newest = max(stored, default=0), max(evidence)
     if newest - last_id > MAX_RESTORED_BARRIERS:
         raise InvalidRequestError(
             f"restoring barrier {newest} would create {newest - last_id} barriers after "
             f"barrier {last_id}, more than {MAX_RESTORED_BARRIERS}: a table's lockstep.barrier "
             "tag is likely corrupt; check the found versions"
         )
-    rows = []
-    for barrier_id in range(last_id + 1, newest + 1):
-        known = evidence.get(barrier_id)
-        if known is not None:
-            ts = known
-        elif last_ts is not None:  # a barrier no table carries any more: after the previous
-            ts = last_ts + _TICK
-        else:  # or, before the first with evidence, just before that one
-            first = min(evidence)
-            ts = evidence[first] - (first - barrier_id) * _TICK
-        if last_ts is not None and ts <= last_ts:
-            ts = last_ts + _TICK
-        rows.append({"barrier_id": barrier_id, "ts": ts})
-        last_ts = ts
+    known = dict(stored)
+    for b, (ts, recorded) in evidence.items():
+        known[b] = ts if recorded or b not in known else min(known[b], ts)
+    upper: tuple[int, datetime] | None = None
+    for b in sorted(known, reverse=True):  # each before the next, with room for the ids between
+        if upper is not None and known[b] > upper[1] - (upper[0] - b) * _TICK:
+            known[b] = upper[1] - (upper[0] - b) * _TICK
+        upper = (b, known[b])
+    moved = [{"barrier_id": b, "ts": known[b]} for b in stored if known[b] != stored[b]]
+    if moved:
+        s.execute(update(BarrierRow), moved)  # bulk UPDATE by primary key
+    rows: list[dict[str, object]] = []
+    for b, ts in _missing(known, stored):
+        rows.append({"barrier_id": b, "ts": ts})
+        if len(rows) == _INSERT_CHUNK:
+            s.execute(insert(BarrierRow), rows)  # in bulk, not an ORM object per barrier
+            rows = []
     if rows:
-        s.execute(insert(BarrierRow), rows)  # one bulk insert, not an ORM object per barrier
+        s.execute(insert(BarrierRow), rows)
+
+
+def _evidence(found: Sequence[FoundVersion]) -> dict[int, tuple[datetime, bool]]:
+    """Per barrier: the earliest issue time its commits recorded, capped at its first
+    commit, and whether any commit recorded one (else the first commit is all there is)."""
+    first_commit: dict[int, datetime] = {}
+    recorded: dict[int, datetime] = {}
+    for f in found:
+        b = f.barrier_id
+        first_commit[b] = min(first_commit.get(b, f.committed_at), f.committed_at)
+        if f.barrier_ts is not None:
+            recorded[b] = min(recorded.get(b, f.barrier_ts), f.barrier_ts)
+    return {
+        b: (min(recorded.get(b, commit), commit), b in recorded)
+        for b, commit in first_commit.items()
+    }
+
+
+def _missing(
+    known: dict[int, datetime], stored: dict[int, datetime]
+) -> Iterator[tuple[int, datetime]]:
+    """The barriers to insert, ascending: those known only from the tables, and every id
+    no one knows (before the first known one, or between two), just before the next."""
+    previous = 0
+    for b in sorted(known):
+        for gap in range(previous + 1, b):
+            yield gap, known[b] - (b - gap) * _TICK
+        if b not in stored:
+            yield b, known[b]
+        previous = b
+
+
+def _restore_start(s: Session, found: Sequence[FoundVersion]) -> None:
+    """A job whose tables carry a barrier at or before its ``start_after`` was registered
+    after that barrier was issued again (into an empty store, before the repair), but it
+    ran it: it counts from the start, as when registered in an empty store. Otherwise it
+    would skip the barriers issued in between, and the barriers would leave it out of
+    their scope (ISSUED where every table holds them)."""
+    first: dict[str, int] = {}
+    for f in found:
+        first[f.job_id] = min(first.get(f.job_id, f.barrier_id), f.barrier_id)
+    for job_id, barrier_id in first.items():
+        job = get_job(s, job_id)
+        if job.start_after >= barrier_id:
+            job.start_after = 0
 
 
 def _restore_retention(s: Session, found: Sequence[FoundVersion], now: datetime) -> None:
