@@ -44,6 +44,7 @@ from lockstep.cli.run import (
     load_job,
     stop_on_signals,
 )
+from lockstep.cli.target import add_client_options, connect_args, explain
 from lockstep.errors import LockstepError
 from lockstep.meta_tables.delay import DEFAULT_DELAY_BARRIERS
 
@@ -67,9 +68,7 @@ def _with_store(handler: StoreHandler) -> Handler:
     """Open the store named by ``--home``/``--store`` around one command, then close it."""
 
     def run(args: argparse.Namespace) -> Output:
-        from lockstep.facade import connect
-
-        with connect(args.target) as ls:
+        with connect_args(args) as ls:
             return handler(ls, args)
 
     return run
@@ -220,8 +219,9 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _common_options(*, top_level: bool) -> argparse.ArgumentParser:
-    """--home/--store/--json, accepted before or after the subcommand.
+def _common_options(*, top_level: bool, client: bool = True) -> argparse.ArgumentParser:
+    """--home/--store/--json (and, for a ``client`` of a service, --token/--token-file),
+    accepted before or after the subcommand.
 
     Below the top level the defaults are SUPPRESS, so a subcommand that does not repeat an
     option keeps the value given before it.
@@ -235,6 +235,8 @@ def _common_options(*, top_level: bool) -> argparse.ArgumentParser:
     where.add_argument("--home", dest="target", metavar="PATH", default=target, help=home)
     where.add_argument("--store", dest="target", metavar="URL", default=target, help=store)
     common.add_argument("--json", action="store_true", default=as_json, help="print as JSON")
+    if client:
+        add_client_options(common, top_level=top_level)
     return common
 
 
@@ -403,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_barrier_commands(sub, cmds)
     _add_read_commands(sub, cmds)
     _add_run_commands(sub, cmds)
-    _add_serve_command(sub, cmds)
+    _add_serve_command(sub, _Commands(_common_options(top_level=False, client=False)))
     add_ops_commands(sub, cmds)
     return parser
 
@@ -414,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         output: Output = args.handler(args)
     except LockstepError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {explain(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

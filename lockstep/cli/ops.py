@@ -28,9 +28,9 @@ def _progress(message: str) -> None:
 
 def _with_warehouse(handler: OpsHandler) -> Callable[[argparse.Namespace], Output]:
     def run(args: argparse.Namespace) -> Output:
-        from lockstep.facade import connect
+        from lockstep.cli.target import connect_args
 
-        with connect(args.target, warehouse=args.warehouse) as ls:
+        with connect_args(args, warehouse=args.warehouse) as ls:
             return handler(ls, args)
 
     return run

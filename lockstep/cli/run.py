@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import os
 import signal
 import sys
 import tempfile
@@ -31,11 +32,11 @@ def _quiet(_: str) -> None:
 def cmd_run(args: argparse.Namespace) -> Output:
     """Run one job (MODULE:JOB) in this process until stopped; Ctrl-C stops between barriers."""
     from lockstep.barrier.runtime.runner import JobRunner
-    from lockstep.facade import connect
+    from lockstep.cli.target import connect_args
 
     job = load_job(args.job)  # before Spark starts: a typo fails in a second
     progress: Callable[[str], None] = _quiet if args.json else print
-    with connect(args.target) as ls:
+    with connect_args(args) as ls:
         spark = ls.spark(**({"master": args.master} if args.master else {}))
         runner = JobRunner(ls.store, job, spark, ls.iceberg, progress=progress)
         # after Spark starts: PySpark's own SIGINT handler would cancel the running Spark job
@@ -72,10 +73,15 @@ def load_job(reference: str) -> Job:
         raise LockstepError(
             f"expected MODULE:JOB, e.g. lockstep.examples.shopping:load_shopping; got {reference!r}"
         )
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: a module in this folder
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise LockstepError(f"cannot import module {module_name!r}: {e}") from e
+        raise LockstepError(
+            f"cannot import module {module_name!r}: {e} (looked in the current folder and "
+            "on the Python path; run from the module's folder or set PYTHONPATH)"
+        ) from e
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):

@@ -1,0 +1,73 @@
+"""Which coordinator a command talks to, and as whom: ``--home``/``--store`` and, for a
+service, the bearer token (``--token``, ``--token-file``, else ``$LOCKSTEP_TOKEN``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lockstep.errors import AuthenticationError, ConfigurationError
+
+if TYPE_CHECKING:
+    from lockstep.facade import Lockstep
+
+TOKEN_ENV = "LOCKSTEP_TOKEN"
+TOKEN_HELP = (
+    "give the service's token with --token TOKEN, --token-file FILE (the token alone on a "
+    f"line) or ${TOKEN_ENV}"
+)
+
+
+def client_token(args: argparse.Namespace) -> str | None:
+    """The bearer token for a service: ``--token``, else ``--token-file``, else the
+    environment; None when none is given (an embedded store needs none)."""
+    token: str | None = getattr(args, "token", None)
+    if token:
+        return token
+    path: Path | None = getattr(args, "client_token_file", None)
+    if path is not None:
+        try:
+            lines = [x.strip() for x in path.read_text(encoding="utf-8").splitlines()]
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigurationError(f"cannot read the token file {path}: {e}") from e
+        found = [x for x in lines if x and not x.startswith("#")]
+        if len(found) != 1 or len(found[0].split()) != 1:
+            raise ConfigurationError(
+                f"{path} should hold one token alone on a line (a service's 'ROLE TOKEN' "
+                "file is for `lockstep serve --token-file`)"
+            )
+        return found[0]
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def connect_args(args: argparse.Namespace, **options: Any) -> Lockstep:
+    """The coordinator the command's ``--home``/``--store`` and token name."""
+    from lockstep.facade import connect
+
+    return connect(args.target, token=client_token(args), **options)
+
+
+def explain(error: Exception) -> str:
+    """A refusal's message, with what to do when the CLI can do something about it."""
+    if isinstance(error, AuthenticationError):
+        return f"{error}; {TOKEN_HELP}"
+    return str(error)
+
+
+def add_client_options(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
+    """--token and --token-file (for a coordinator service)."""
+    default: Any = None if top_level else argparse.SUPPRESS
+    who = parser.add_mutually_exclusive_group()
+    who.add_argument(
+        "--token", metavar="TOKEN", default=default, help=f"a service's bearer token (${TOKEN_ENV})"
+    )
+    who.add_argument(
+        "--token-file",
+        dest="client_token_file",
+        type=Path,
+        metavar="FILE",
+        default=default,
+        help="a file holding the service's bearer token",
+    )
