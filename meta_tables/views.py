@@ -281,7 +281,9 @@ VIEWS += (
     MetaView(
         "__META_REVISION",
         "Revisions (DESIGN §7), newest first in ids: the table revised, back to which barrier "
-        "(0: from the start), state, and how many versions of each table it discarded.",
+        "(0: from the start), state, and how many versions of each table it discarded. A "
+        "revision is the one deliberate exception to repeatable_read never going backwards: "
+        "reads resolve the kept versions from the moment it begins.",
         ("ls_revision", "ls_revised_version"),
         f"""
         SELECT r.revision_id, r.table_name, r.to_barrier, r.full, r.state,

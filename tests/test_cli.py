@@ -156,7 +156,7 @@ def test_resolve_read_uncommitted_has_no_single_barrier(shopping: Any, home: str
 def test_resolve_errors(shopping: Any) -> None:
     run = shopping("resolve", "user_item_price")
     assert run.code == 2
-    assert "no version yet" in run.err
+    assert "has no WRITTEN version yet" in run.err
     run = shopping("resolve", "nope")
     assert run.code == 2
     assert run.err == (

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 from pipelines import register
 
-from lockstep.errors import ConfigurationError, FencedError, InvalidNameError, InvalidRequestError
+import lockstep
+from lockstep.errors import (
+    ConfigurationError,
+    FencedError,
+    InvalidNameError,
+    InvalidRequestError,
+    NoConsistentBarrierError,
+)
 from lockstep.meta_tables.store.sql.engine import create_store_engine
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.topology.model import JobSpec
@@ -65,3 +72,20 @@ def test_a_revision_is_to_a_barrier_or_full_not_both() -> None:
     with pytest.raises(InvalidRequestError, match="not both"):
         store.begin_revision("shopping", 1, full=True)
     assert store.revisions() == []
+
+
+def test_a_table_without_versions_is_named_in_plain_words() -> None:
+    """#16 item 7: "'a', 'b' has no version yet" read wrong; say whose job has not run."""
+    ls = lockstep.connect("sqlite://")
+    ls.register_job("load", sinks=["raw", "keys"])
+    with pytest.raises(NoConsistentBarrierError) as both:
+        ls.resolve(["raw", "keys"], "read_uncommitted")
+    assert "'raw', 'keys' have no version yet (no barrier processed by their writer job)" in str(
+        both.value
+    )
+    with pytest.raises(NoConsistentBarrierError) as one:
+        ls.resolve(["raw"], "repeatable_read")
+    assert "'raw' has no WRITTEN version yet (no barrier written by its writer job)" in str(
+        one.value
+    )
+    assert one.value.lagging == ("raw",)

@@ -126,8 +126,14 @@ def resolve_snapshot_set(
     newest = newest_barriers(session, tables, written_only=written_only)
     empty = [t for t, b in newest.items() if b is None]
     if empty:
+        one = len(empty) == 1
+        which, done = ("WRITTEN version", "written") if written_only else ("version", "processed")
         raise NoConsistentBarrierError(
-            level.value, tables, empty, f"{', '.join(map(repr, empty))} has no version yet"
+            level.value,
+            tables,
+            empty,
+            f"{', '.join(map(repr, empty))} {'has' if one else 'have'} no {which} yet (no "
+            f"barrier {done} by {'its' if one else 'their'} writer job)",
         )
     if not level.semantics.common_barrier:
         rows = _newest_rows(session, {t: b for t, b in newest.items() if b is not None})
