@@ -167,12 +167,15 @@ VIEWS: tuple[MetaView, ...] = (
     ),
     MetaView(
         "__META_TABLE_BARRIER",
-        "Each table's version per barrier: snapshot id, state, times.",
-        ("ls_table_version",),
+        "Each table's version per barrier: snapshot id, state, times; expired = true when "
+        "the version is before the table's expiration horizon (its snapshot may be gone: "
+        "reads and revisions to it are refused).",
+        ("ls_table_version", "ls_retention"),
         f"""
-        SELECT table_name, barrier_id, snapshot_id, state, job_id,
-               {_ts("processed_at")} AS processed_at, {_ts("written_at")} AS written_at
-        FROM ls_table_version
+        SELECT v.table_name, v.barrier_id, v.snapshot_id, v.state, v.job_id,
+               {_ts("v.processed_at")} AS processed_at, {_ts("v.written_at")} AS written_at,
+               v.barrier_id < coalesce(r.keep_from, 0) AS expired
+        FROM ls_table_version v LEFT JOIN ls_retention r ON r.table_name = v.table_name
         """,
         keys={
             column: (Target("ls_table_version", column),)

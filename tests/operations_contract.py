@@ -189,6 +189,17 @@ class OperationsContract:
             store.begin_revision("user_item_amount", 2)
         assert store.plan_revision("user_item_amount", 4).tables[0].keep_barrier == 4
 
+    def test_versions_before_the_horizon_are_marked_expired(self, store: MetadataStore) -> None:
+        """#16 item 8: a reader sees which versions may be gone before it fails on one."""
+        _run_shopping(store, 5)
+        query = (
+            "SELECT barrier_id, expired FROM __META_TABLE_BARRIER "
+            "WHERE table_name = 'user_item_amount' ORDER BY barrier_id"
+        )
+        assert store.query_meta(query).column("expired").to_pylist() == [False] * 5
+        store.record_retention(2)
+        assert store.query_meta(query).column("expired").to_pylist() == [True] * 3 + [False] * 2
+
     def test_retention_waits_for_a_revision(self, store: MetadataStore) -> None:
         _run_shopping(store, 3)
         store.begin_revision("shopping", 1)
