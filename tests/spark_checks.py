@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from job_process import AGGREGATES, feed_rows, sums, truth
 
 from lockstep.barrier.iceberg.tables import (
     BARRIER_PROPERTY,
+    BARRIER_TS_PROPERTY,
     INPUT_CUTS_PROPERTY,
     JOB_PROPERTY,
     IcebergTables,
@@ -100,6 +102,9 @@ def check_pipeline(
             # a root job's commits also carry its input cuts (for `lockstep repair`)
             cuts = found.pop(INPUT_CUTS_PROPERTY, None)
             assert (cuts is not None) == (table == "shopping"), f"{table} cuts: {cuts}"
+            # and every commit its barrier's issue time (for `lockstep repair`)
+            issued = datetime.fromisoformat(found.pop(BARRIER_TS_PROPERTY))
+            assert issued == ls.store.get_barrier(v.barrier_id).ts, f"{table} at {v.barrier_id}"
             assert found == {
                 BARRIER_PROPERTY: str(v.barrier_id),
                 JOB_PROPERTY: writer,
