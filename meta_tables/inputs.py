@@ -20,6 +20,17 @@ def _schema(*columns: tuple[str, pa.DataType]) -> pa.Schema:
     return pa.schema([pa.field(name, kind) for name, kind in columns])
 
 
+# a table version's columns (ls_revised_version keeps the same, set aside by a revision)
+_VERSION: tuple[tuple[str, pa.DataType], ...] = (
+    ("table_name", TEXT),
+    ("barrier_id", INT),
+    ("job_id", TEXT),
+    ("snapshot_id", INT),
+    ("state", TEXT),
+    ("processed_at", INT),
+    ("written_at", INT),
+)
+
 INPUTS: dict[str, pa.Schema] = {
     "ls_barrier": _schema(("barrier_id", INT), ("ts", INT)),
     "ls_input_cut": _schema(
@@ -72,16 +83,7 @@ INPUTS: dict[str, pa.Schema] = {
         ("updated_at", INT),
     ),
     "ls_retention": _schema(("table_name", TEXT), ("keep_from", INT), ("updated_at", INT)),
-    "ls_revised_version": _schema(
-        ("revision_id", INT),
-        ("table_name", TEXT),
-        ("barrier_id", INT),
-        ("job_id", TEXT),
-        ("snapshot_id", INT),
-        ("state", TEXT),
-        ("processed_at", INT),
-        ("written_at", INT),
-    ),
+    "ls_revised_version": _schema(("revision_id", INT), *_VERSION),  # a version set aside
     "ls_revision": _schema(
         ("revision_id", INT),
         ("table_name", TEXT),
@@ -93,13 +95,5 @@ INPUTS: dict[str, pa.Schema] = {
         ("finished_at", INT),
     ),
     "ls_table": _schema(("table_name", TEXT), ("created_at", INT)),
-    "ls_table_version": _schema(
-        ("table_name", TEXT),
-        ("barrier_id", INT),
-        ("job_id", TEXT),
-        ("snapshot_id", INT),
-        ("state", TEXT),
-        ("processed_at", INT),
-        ("written_at", INT),
-    ),
+    "ls_table_version": _schema(*_VERSION),
 }

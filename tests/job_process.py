@@ -19,14 +19,33 @@ import dataclasses
 import sys
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lockstep.barrier.runtime.runner import Job
+from lockstep.barrier.runtime.runner import Job, JobRunner
 from lockstep.barrier.sources.base import GeneratorSource
 from lockstep.examples import shopping
 
+if TYPE_CHECKING:
+    from lockstep.facade import Lockstep
+
 Key = tuple[str, str]
 AGGREGATES = {"user_item_amount": "amount", "user_item_price": "price"}
+
+
+def start_runners(ls: Lockstep, spark: Any, jobs: Iterable[Job]) -> dict[str, JobRunner]:
+    """A started runner per job, each on its own ``spark.newSession()`` (upstream first)."""
+    runners = {j.job_id: JobRunner(ls.store, j, spark.newSession(), ls.iceberg) for j in jobs}
+    for runner in runners.values():
+        runner.start()
+    return runners
+
+
+def run_barriers(ls: Lockstep, runners: Mapping[str, JobRunner], barriers: int) -> None:
+    """Issue ``barriers`` barriers, running every job until idle after each."""
+    for _ in range(barriers):
+        ls.issue_barrier()
+        for runner in runners.values():  # upstream first
+            runner.run(until_idle=True)
 
 
 def feed_rows(barrier_id: int, *, empty: Collection[int] = ()) -> list[dict[str, Any]]:

@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
-from job_process import feed_rows, shopping_jobs, truth
+from job_process import feed_rows, run_barriers, shopping_jobs, start_runners, truth
 
 from lockstep.barrier.iceberg import maintenance
 from lockstep.barrier.model import RevisionState, VersionState
 from lockstep.barrier.runtime.context import BarrierContext
-from lockstep.barrier.runtime.runner import Job, JobRunner
+from lockstep.barrier.runtime.runner import JobRunner
 from lockstep.cli.main import main as cli_main
 from lockstep.errors import FencedError, LockstepError, SnapshotExpiredError
 from lockstep.facade import Lockstep
@@ -27,20 +27,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 AGGREGATES = {"user_item_amount": "amount", "user_item_price": "price"}
 TABLES = ["shopping", *AGGREGATES]
-
-
-def _runners(ls: Lockstep, spark: Any, jobs: Iterable[Job]) -> dict[str, JobRunner]:
-    runners = {j.job_id: JobRunner(ls.store, j, spark.newSession(), ls.iceberg) for j in jobs}
-    for runner in runners.values():
-        runner.start()
-    return runners
-
-
-def _run_barriers(ls: Lockstep, runners: dict[str, JobRunner], barriers: int) -> None:
-    for _ in range(barriers):
-        ls.issue_barrier()
-        for runner in runners.values():  # upstream first
-            runner.run(until_idle=True)
 
 
 def _sums_at(ls: Lockstep, table: str, barrier_id: int) -> dict[tuple[str, str], int]:
@@ -81,10 +67,10 @@ def test_revision_while_a_downstream_job_is_mid_barrier(
             assert release.wait(120)
         price.step(ctx)
 
-    runners = _runners(
+    runners = start_runners(
         spark_ls, spark_base, [load, amount, dataclasses.replace(price, step=held_price)]
     )
-    _run_barriers(spark_ls, runners, 4)
+    run_barriers(spark_ls, runners, 4)
     spark_ls.issue_barrier()
     runners["load_shopping"].run(until_idle=True)
     runners["sum_amount"].run(until_idle=True)
@@ -125,7 +111,7 @@ def test_revision_while_a_downstream_job_is_mid_barrier(
     spark_ls.iceberg.publish_snapshot(
         spark_base, "user_item_amount", "sum_amount", stale.newest_snapshot
     )
-    fresh = _runners(spark_ls, spark_base, shopping_jobs())  # the restarted jobs (recover)
+    fresh = start_runners(spark_ls, spark_base, shopping_jobs())  # the restarted jobs (recover)
     assert _main_head(spark_ls, spark_base, "user_item_amount") == (
         spark_ls.store.version_as_of("user_item_amount", 3).snapshot_id  # type: ignore[union-attr]
     )
@@ -148,8 +134,8 @@ def test_full_revision_reprocesses_a_fixed_job_from_the_start(
             rows.withColumnRenamed("sum(price)", "amount"), keys=["user_id", "item_id"]
         )
 
-    runners = _runners(spark_ls, spark_base, [load, dataclasses.replace(amount, step=buggy)])
-    _run_barriers(spark_ls, runners, 3)
+    runners = start_runners(spark_ls, spark_base, [load, dataclasses.replace(amount, step=buggy)])
+    run_barriers(spark_ls, runners, 3)
     assert _sums_at(spark_ls, "user_item_amount", 3) != truth(3, "amount")
 
     head = _main_head(spark_ls, spark_base, "user_item_amount")
@@ -163,7 +149,7 @@ def test_full_revision_reprocesses_a_fixed_job_from_the_start(
     assert spark_base.table(table).count() == 0  # emptied on main
     assert spark_ls.store.table_versions("user_item_amount") == []
 
-    fixed = _runners(spark_ls, spark_base, [amount])["sum_amount"]
+    fixed = start_runners(spark_ls, spark_base, [amount])["sum_amount"]
     assert fixed.run(until_idle=True) == 3
     for b in (1, 2, 3):
         assert _sums_at(spark_ls, "user_item_amount", b) == truth(b, "amount")
@@ -180,10 +166,10 @@ def test_expiration_keeps_what_leases_and_jobs_need_even_racing_readers(
     spark_ls: Lockstep, spark_base: Any
 ) -> None:
     load, amount, price = shopping_jobs()
-    runners = _runners(spark_ls, spark_base, [load, amount, price])
-    _run_barriers(spark_ls, runners, 2)
+    runners = start_runners(spark_ls, spark_base, [load, amount, price])
+    run_barriers(spark_ls, runners, 2)
     del runners["sum_price"]  # sum_price stops at barrier 2: it lags from now on
-    _run_barriers(spark_ls, runners, 3)
+    run_barriers(spark_ls, runners, 3)
 
     held = spark_ls.read(list(AGGREGATES), "repeatable_read")  # at barrier 2 (sum_price)
     assert held.barrier_id == 2
@@ -251,7 +237,7 @@ def test_expiration_keeps_what_leases_and_jobs_need_even_racing_readers(
         assert newest.barrier_id == 5
 
     # the lagging job still finds what it needs, and catches up exactly
-    late = _runners(spark_ls, spark_base, [price])["sum_price"]
+    late = start_runners(spark_ls, spark_base, [price])["sum_price"]
     assert late.run(until_idle=True) == 3
     assert _sums_at(spark_ls, "user_item_price", 5) == truth(5, "price")
 
@@ -261,8 +247,8 @@ def test_expiration_keeps_what_leases_and_jobs_need_even_racing_readers(
 
 def test_repair_after_deleting_the_metadata_store(spark_ls: Lockstep, spark_base: Any) -> None:
     jobs = shopping_jobs()
-    runners = _runners(spark_ls, spark_base, jobs)
-    _run_barriers(spark_ls, runners, 3)
+    runners = start_runners(spark_ls, spark_base, jobs)
+    run_barriers(spark_ls, runners, 3)
     store = spark_ls.store
     versions = {t: _essence(store.table_versions(t)) for t in TABLES}
     cuts = {b: store.input_cuts("load_shopping", b) for b in (1, 2, 3)}
@@ -292,8 +278,8 @@ def test_repair_after_deleting_the_metadata_store(spark_ls: Lockstep, spark_base
     assert ls.repair().findings == []  # nothing left to do
 
     # and the pipeline goes on exactly where it was: no row lost or duplicated
-    again = _runners(ls, spark_base, jobs)
-    _run_barriers(ls, again, 1)
+    again = start_runners(ls, spark_base, jobs)
+    run_barriers(ls, again, 1)
     _check_truth(ls, range(1, 5))
 
     # the command line reports the same (a dry run needs no Spark)

@@ -12,19 +12,17 @@ from __future__ import annotations
 import itertools
 import shutil
 import sqlite3
-from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from job_process import feed_rows, shopping_jobs, truth
+from job_process import feed_rows, run_barriers, shopping_jobs, start_runners, truth
 
 from lockstep.barrier.iceberg import maintenance
 from lockstep.barrier.iceberg.tables import BARRIER_TS_PROPERTY
 from lockstep.barrier.model import RevisionState
 from lockstep.barrier.operations.repair import found_versions
-from lockstep.barrier.runtime.runner import Job, JobRunner
 from lockstep.errors import SnapshotExpiredError
 from lockstep.facade import Lockstep
 from lockstep.meta_tables.store.base import MetadataStore
@@ -34,20 +32,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 AGGREGATES = {"user_item_amount": "amount", "user_item_price": "price"}
 TABLES = ["shopping", *AGGREGATES]
-
-
-def _runners(ls: Lockstep, spark: Any, jobs: Iterable[Job]) -> dict[str, JobRunner]:
-    runners = {j.job_id: JobRunner(ls.store, j, spark.newSession(), ls.iceberg) for j in jobs}
-    for runner in runners.values():
-        runner.start()
-    return runners
-
-
-def _run_barriers(ls: Lockstep, runners: dict[str, JobRunner], barriers: int) -> None:
-    for _ in range(barriers):
-        ls.issue_barrier()
-        for runner in runners.values():  # upstream first
-            runner.run(until_idle=True)
 
 
 def _tables_state(ls: Lockstep, spark: Any) -> dict[str, tuple[int | None, int]]:
@@ -74,8 +58,8 @@ def test_repair_after_store_loss_keeps_barrier_times_states_and_horizons(
     spark_ls: Lockstep, spark_base: Any
 ) -> None:
     jobs = shopping_jobs()
-    runners = _runners(spark_ls, spark_base, jobs)
-    _run_barriers(spark_ls, runners, 6)
+    runners = start_runners(spark_ls, spark_base, jobs)
+    run_barriers(spark_ls, runners, 6)
     store = spark_ls.store
     issued = {b.barrier_id: b.ts for b in store.list_barriers()}
     # every commit carries the issue time of its barrier
@@ -166,7 +150,7 @@ def test_repair_after_store_loss_keeps_barrier_times_states_and_horizons(
     assert fresh.revisions() == []
 
     # the pipeline goes on with the barriers the ticker issued, none skipped
-    again = _runners(ls, spark_base, jobs)
+    again = start_runners(ls, spark_base, jobs)
     for runner in again.values():
         assert runner.run(until_idle=True) == 2  # barriers 7 and 8
     for b in (7, 8):
@@ -187,8 +171,8 @@ def test_repair_after_store_loss_keeps_barrier_times_states_and_horizons(
 def test_revise_refuses_when_the_table_lost_the_snapshot_the_store_names(
     spark_ls: Lockstep, spark_base: Any
 ) -> None:
-    runners = _runners(spark_ls, spark_base, shopping_jobs())
-    _run_barriers(spark_ls, runners, 4)
+    runners = start_runners(spark_ls, spark_base, shopping_jobs())
+    run_barriers(spark_ls, runners, 4)
     store = spark_ls.store
     kept, at3 = (store.version_as_of("user_item_amount", b) for b in (2, 3))
     assert kept is not None
@@ -233,14 +217,14 @@ def test_repair_from_an_old_backup_keeps_the_horizon_of_the_oldest_snapshot(
     jobs = shopping_jobs()
     home, url = spark_ls.config.home, spark_ls.config.store_url
     assert home is not None
-    _run_barriers(spark_ls, _runners(spark_ls, spark_base, jobs), 3)
+    run_barriers(spark_ls, start_runners(spark_ls, spark_base, jobs), 3)
     spark_ls.store.close()
     backup = tmp_path / "backup"
     backup.mkdir()
     for f in home.glob("lockstep.db*"):
         shutil.copy2(f, backup / f.name)
     later = Lockstep(SqlMetadataStore.open(url), spark_ls.config)
-    _run_barriers(later, _runners(later, spark_base, jobs), 2)
+    run_barriers(later, start_runners(later, spark_base, jobs), 2)
     later.store.close()
     for f in home.glob("lockstep.db*"):
         f.unlink()

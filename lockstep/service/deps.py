@@ -36,6 +36,13 @@ def bearer(authorization: str | None) -> str | None:
     return presented.strip() if scheme.lower() == "bearer" and presented.strip() else None
 
 
+def unknown_token() -> AuthenticationError:
+    return AuthenticationError(
+        "missing or unknown bearer token: send 'Authorization: Bearer <token>' with a "
+        "token from the service's token file"
+    )
+
+
 def _authenticate(request: Request, authorization: str | None, needed: Role) -> Caller:
     tokens: dict[str, Role] | None = request.app.state.tokens
     if tokens is None:
@@ -43,10 +50,7 @@ def _authenticate(request: Request, authorization: str | None, needed: Role) -> 
     presented = bearer(authorization)
     found = role_of(tokens, presented) if presented is not None else None
     if presented is None or found is None:
-        raise AuthenticationError(
-            "missing or unknown bearer token: send 'Authorization: Bearer <token>' with a "
-            "token from the service's token file"
-        )
+        raise unknown_token()
     if needed is Role.ADMIN and found is not Role.ADMIN:
         raise PermissionDeniedError(
             "this token may read, not change, the coordinator: use an admin token"

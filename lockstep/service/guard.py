@@ -31,7 +31,7 @@ from lockstep.errors import (
     UnsupportedContentTypeError,
 )
 from lockstep.service.auth import Role, role_of
-from lockstep.service.deps import bearer
+from lockstep.service.deps import bearer, unknown_token
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -74,10 +74,7 @@ class Guard:
         if self.tokens is not None:
             presented = bearer(headers.get("authorization"))
             if presented is None or role_of(self.tokens, presented) is None:
-                raise AuthenticationError(
-                    "missing or unknown bearer token: send 'Authorization: Bearer <token>' "
-                    "with a token from the service's token file"
-                )
+                raise unknown_token()
         elif not _same_origin(headers):
             raise PermissionDeniedError(
                 f"cross-origin request from {headers.get('origin')!r} refused: without a "
