@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockstep.barrier.coordinator import BarrierIssuer, Interval
+from lockstep.barrier.iceberg.catalog import IcebergCatalog
 from lockstep.barrier.runtime.runner import JobRunner
 from lockstep.barrier.session import JobSession
 from lockstep.cli.format import arrow_rows
@@ -38,8 +39,7 @@ def open_home(home: Path, catalog: str) -> Lockstep:
     config = LockstepConfig(
         store_url=f"sqlite:///{home / 'lockstep.db'}",
         home=home,
-        warehouse=home / "warehouse",
-        catalog=catalog,
+        catalog=IcebergCatalog.hadoop(catalog, home / "warehouse"),
     )
     config.prepare()
     return Lockstep(SqlMetadataStore.open(config.store_url), config)

@@ -178,9 +178,7 @@ class PlainChain:
     def _committed(self, job: Job, interval: int, started: float, committed: float) -> None:
         # the job's own commits are the newest on its sinks: read their ids from the
         # warehouse (pyiceberg, a few ms) rather than through a Spark query
-        heads = {
-            sink: self.tables.static_table(sink).metadata.current_snapshot_id for sink in job.sinks
-        }
+        heads = {sink: self.tables.load(sink).metadata.current_snapshot_id for sink in job.sinks}
         with self._cond:
             for sink, head in heads.items():
                 self.commits[sink, interval] = Commit(started, committed, head)

@@ -4,8 +4,8 @@ Both read the same tables into Arrow with pyiceberg, in the same process, altern
 
 - *consistent*: ``ls.read(tables, level)`` (resolve a common barrier and take a lease in the
   metadata store), ``ReadSession.arrow`` of every table at its leased snapshot, release;
-- *plain*: ``StaticTable.from_metadata(<table dir>)`` (the current snapshot, via Iceberg's
-  version hint) and a scan of every table. No metadata store, no consistency.
+- *plain*: ``IcebergTables.load(table)`` (the current snapshot, the table's newest
+  metadata) and a scan of every table. No metadata store, no consistency.
 """
 
 from __future__ import annotations
@@ -62,8 +62,6 @@ def time_reads(
     level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ,
 ) -> ReadTimings:
     """Time ``repeats`` reads of ``tables`` on each path (alternating which goes first)."""
-    from pyiceberg.table import StaticTable
-
     iceberg = ls.iceberg
 
     def consistent() -> int:
@@ -71,10 +69,7 @@ def time_reads(
             return sum(read.arrow(t).num_rows for t in tables)
 
     def plain() -> int:
-        return sum(
-            StaticTable.from_metadata(str(iceberg.location(t))).scan().to_arrow().num_rows
-            for t in tables
-        )
+        return sum(iceberg.load(t).scan().to_arrow().num_rows for t in tables)
 
     def lease_only() -> None:
         ls.read(tables, level, holder="bench-pipeline").close()

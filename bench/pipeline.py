@@ -169,7 +169,7 @@ def warm_up(spark: SparkSession, workdir: Path, barriers: int, progress: Progres
     progress(f"warm-up: {barriers} barrier(s) of each path (untimed)")
     with open_home(workdir / "lockstep", "bench_warmup_ls") as ls:
         LockstepPipeline(ls, spark, deep.JOBS, poll_s=0.05).run(barriers, 0.0)
-    PlainChain(spark, IcebergTables("bench_warmup_plain", workdir / "plain"), deep.JOBS).run(
+    PlainChain(spark, IcebergTables.hadoop("bench_warmup_plain", workdir / "plain"), deep.JOBS).run(
         barriers, 0.0
     )
 
@@ -191,15 +191,11 @@ def run_plain(
 
 def mismatched_tables(ls: Lockstep, plain: IcebergTables, barriers: int) -> dict[str, list[str]]:
     """Tables whose rows differ from ``deep.expected_tables(barriers)``, per path."""
-    from pyiceberg.table import StaticTable
 
     truth = deep.expected_tables(barriers)
     with ls.read(deep.TABLES, "repeatable_read") as read:
         lockstep_rows = {t: read.arrow(t).to_pylist() for t in deep.TABLES}
-    plain_rows = {
-        t: StaticTable.from_metadata(str(plain.location(t))).scan().to_arrow().to_pylist()
-        for t in deep.TABLES
-    }
+    plain_rows = {t: plain.load(t).scan().to_arrow().to_pylist() for t in deep.TABLES}
     return {
         path: [t for t in deep.TABLES if deep.sorted_rows(rows[t]) != truth[t]]
         for path, rows in (("lockstep", lockstep_rows), ("plain", plain_rows))
@@ -372,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 result = run_benchmark(
                     ls,
                     spark,
-                    IcebergTables("bench_plain", workdir / "plain"),
+                    IcebergTables.hadoop("bench_plain", workdir / "plain"),
                     settings,
                     warmup_dir=workdir / "warmup",
                     progress=say,

@@ -323,6 +323,12 @@ def run_demo(
         raise LockstepError(f"the demo needs at least {MIN_BARRIERS} barriers, got {barriers}")
     if ls.topology().jobs or ls.barriers(limit=1):
         raise LockstepError(f"the demo needs a fresh home; {ls.config.home} is in use")
+    taken = [t for job in shopping.JOBS for t in job.sinks if ls.iceberg.table_exists(t)]
+    if taken:
+        raise LockstepError(
+            f"the demo's tables {', '.join(taken)} already exist in the "
+            f"{ls.iceberg.catalog.describe()}; drop them, or give [catalog] another name"
+        )
     started = time.monotonic()
 
     def say(message: str) -> None:

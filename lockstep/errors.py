@@ -30,6 +30,11 @@ class ConfigurationError(LockstepError):
     """The configuration (home, store URL, settings) is unusable."""
 
 
+class CatalogError(LockstepError):
+    """The Iceberg catalog cannot be reached, does not hold a table, or is configured with
+    a property Lockstep cannot translate for one of its engines."""
+
+
 class StoreError(LockstepError):
     """The metadata store could not complete an operation."""
 

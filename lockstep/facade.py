@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
+from lockstep.barrier.iceberg.catalog import IcebergCatalog
 from lockstep.barrier.iceberg.tables import IcebergTables
 from lockstep.barrier.model import Barrier, Revision, TableStatus
 from lockstep.barrier.session import JobSession
@@ -49,6 +49,21 @@ class Lockstep:
     def __init__(self, store: MetadataStore, config: LockstepConfig) -> None:
         self.store = store
         self.config = config
+        self._asked_service = False
+
+    @property
+    def catalog(self) -> IcebergCatalog | None:
+        """The Iceberg catalog: the configuration's, or else the one the service names
+        (its ``[catalog]``, asked once); None if neither names one."""
+        if self.config.catalog is None and self.config.is_remote and not self._asked_service:
+            from lockstep.remote import RemoteMetadataStore
+
+            self._asked_service = True
+            if isinstance(self.store, RemoteMetadataStore):
+                served = self.store.service_catalog()
+                if served is not None:
+                    self.config = self.config.with_catalog(served)
+        return self.config.catalog
 
     # -- topology --------------------------------------------------------------------------
 
@@ -124,33 +139,35 @@ class Lockstep:
             ttl_s=ttl_s,
             holder=holder or f"pid:{os.getpid()}",
         )
-        return ReadSession(
-            self.store, lease, self.iceberg if self.config.warehouse is not None else None
-        )
+        return ReadSession(self.store, lease, self.iceberg if self.catalog is not None else None)
 
     # -- Iceberg and Spark ------------------------------------------------------------------
 
     @property
     def iceberg(self) -> IcebergTables:
-        """The warehouse's Iceberg tables (names, staging, reads)."""
-        if self.config.warehouse is None:
+        """The catalog's Iceberg tables (names, staging, reads)."""
+        catalog = self.catalog
+        if catalog is None:
             raise ConfigurationError(
-                "this connection has no Iceberg warehouse: connect to a Lockstep home "
-                "directory (lockstep.connect(PATH)) rather than a bare store URL"
+                "this connection has no Iceberg catalog: connect to a Lockstep home "
+                "(lockstep.connect(PATH)), pass catalog={...} (a [catalog] table) or "
+                "warehouse=DIR with a store URL, or give the service a [catalog] to hand out"
             )
-        return IcebergTables(self.config.catalog, self.config.warehouse)
+        return IcebergTables(catalog)
 
     def spark(self, **settings: str) -> SparkSession:
-        """A SparkSession on this home's warehouse (local by default; ``master=`` and any
-        ``spark.*`` setting override)."""
+        """A SparkSession on this connection's catalog: ``[spark]`` of the home's
+        ``lockstep.toml`` (master, jars, conf), then ``master=`` and any ``spark.*``
+        setting given here."""
         from lockstep.barrier.runtime.spark_session import SparkConfig, create_spark_session
 
-        master = settings.pop("master", "local[2]")
+        options = self.config.spark
+        master = settings.pop("master", options.master)
         config = SparkConfig(
-            warehouse=self.iceberg.warehouse,
-            catalog=self.iceberg.catalog,
+            self.iceberg.catalog,
             master=master,
-            extra=settings,
+            jars=options.jars,
+            extra={**options.conf, **settings},
         )
         return create_spark_session(config)
 
@@ -184,7 +201,7 @@ class Lockstep:
 
         if dry_run:
             plan = self.store.plan_revision(table, to_barrier, full=full)
-            if self.config.warehouse is not None:
+            if self.catalog is not None:
                 check_on_tables(self.iceberg, plan)
             return plan
 
@@ -244,6 +261,7 @@ def connect(
     target: str | os.PathLike[str] | None = None,
     *,
     token: str | None = None,
+    catalog: Mapping[str, Any] | None = None,
     warehouse: str | os.PathLike[str] | None = None,
     timeout_s: float | None = None,
     query_timeout_s: float | None = None,
@@ -252,14 +270,20 @@ def connect(
 
     ``target``: None (``$LOCKSTEP_HOME`` or ``./.lockstep``), a home directory (metadata
     file + Iceberg warehouse), a store URL (``sqlite:///…``, ``postgresql://…``), or a
-    coordinator service (``http://host:port``, with its bearer ``token``). ``warehouse``
-    names the Iceberg warehouse when the target is a URL. ``timeout_s`` and
+    coordinator service (``http://host:port``, with its bearer ``token``). ``catalog``
+    names the Iceberg catalog with the keys of a home's ``[catalog]`` table (``type``,
+    ``uri``, ``warehouse``, ...; docs/deploy.md); ``warehouse`` is short for a Hadoop
+    catalog over that local directory. ``timeout_s`` and
     ``query_timeout_s`` are the service client's timeouts (see ``RemoteMetadataStore``;
     default 30 s and 300 s), for a service only.
     """
     config = LockstepConfig.from_target(target)
-    if warehouse is not None:
-        config = config.model_copy(update={"warehouse": Path(warehouse)})
+    if catalog is not None and warehouse is not None:
+        raise ConfigurationError("pass catalog= or warehouse=, not both")
+    if catalog is not None:
+        config = config.with_catalog(catalog)
+    elif warehouse is not None:
+        config = config.with_catalog(IcebergCatalog.hadoop("lockstep", warehouse))
     if not config.is_remote:
         config.prepare()
     store = open_store(

@@ -371,6 +371,12 @@ class RemoteMetadataStore(MetadataStore):
         slow = self._query_extensions
         return _arrow(self._call("POST", "/v1/sql", idempotent=True, json=body, extensions=slow))
 
+    def service_catalog(self) -> dict[str, Any] | None:
+        """The Iceberg catalog the service names for its clients (its ``[catalog]``)."""
+        answer: dict[str, Any] = self._call("GET", "/v1/catalog", idempotent=True).json()
+        catalog = answer.get("catalog")
+        return dict(catalog) if isinstance(catalog, dict) else None
+
     def now(self) -> datetime:
         data = self._call("GET", "/v1/now", idempotent=True).json()
         return datetime.fromisoformat(data["now"])

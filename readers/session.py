@@ -75,7 +75,8 @@ class ReadSession:
     def _iceberg(self) -> IcebergTables:
         if self._tables is None:
             raise ConfigurationError(
-                "this read has no Iceberg warehouse to read from; connect to a Lockstep home"
+                "this read has no Iceberg catalog to read from: connect to a Lockstep home, "
+                "pass catalog={...} to lockstep.connect, or give the service a [catalog]"
             )
         return self._tables
 

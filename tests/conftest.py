@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from lockstep.barrier.iceberg.catalog import IcebergCatalog
 from lockstep.config import LockstepConfig
 from lockstep.facade import Lockstep
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 # `served` (a real service on loopback), `postgres_admin` / `postgres_url` (a real server)
-pytest_plugins = ["service_fixtures", "pg_server", "kafka_broker", "kafka_cuts"]
+pytest_plugins = ["service_fixtures", "pg_server", "kafka_broker", "kafka_cuts", "jdbc_catalog"]
 
 
 class FakeClock:
@@ -62,28 +63,46 @@ def ls(sqlite_store: SqlMetadataStore, sqlite_url: str) -> Lockstep:
 
 @pytest.fixture(scope="session")
 def spark_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    """One local SparkSession (one JVM) for the whole test run."""
+    """One local SparkSession (one JVM) for the whole test run; with the PostgreSQL JDBC
+    driver on its class path where installed, for the JDBC-catalog tests."""
     pytest.importorskip("pyspark")
+    from lockstep.barrier.iceberg.catalog import DEBIAN_POSTGRESQL_JAR
     from lockstep.barrier.runtime.spark_session import SparkConfig, create_spark_session
 
-    spark = create_spark_session(SparkConfig(warehouse=tmp_path_factory.mktemp("warehouse")))
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    jars = (str(DEBIAN_POSTGRESQL_JAR),) if DEBIAN_POSTGRESQL_JAR.is_file() else ()
+    catalog = IcebergCatalog.hadoop("lockstep", warehouse)
+    spark = create_spark_session(SparkConfig(catalog, jars=jars))
     yield spark
     spark.stop()
 
 
 @pytest.fixture
-def spark_ls(spark_base: SparkSession, tmp_path: Path, clock: FakeClock) -> Iterator[Lockstep]:
-    """A fresh Lockstep home with its own Iceberg warehouse and Spark catalog name.
+def spark_ls(
+    spark_base: SparkSession, tmp_path: Path, clock: FakeClock, request: pytest.FixtureRequest
+) -> Iterator[Lockstep]:
+    """A fresh Lockstep home with its own Iceberg catalog and Spark catalog name.
 
-    Uses the real clock (Spark work takes real time); ``spark_ls.spark()`` is not needed:
-    use ``spark_base.newSession()`` per job, the runtime registers the catalog on it.
+    The catalog is a Hadoop catalog over the home's ``warehouse/``, or with
+    ``@pytest.mark.parametrize("spark_ls", ["jdbc"], indirect=True)`` Iceberg's JDBC
+    catalog on a fresh PostgreSQL database. Uses the real clock (Spark work takes real
+    time); ``spark_ls.spark()`` is not needed: use ``spark_base.newSession()`` per job, the
+    runtime registers the catalog on it.
     """
     home = tmp_path / "home"
+    name = f"ls_{uuid.uuid4().hex[:10]}"
+    kind = getattr(request, "param", "hadoop")
+    if kind == "jdbc":
+        from jdbc_catalog import jdbc_catalog_table, require_driver_jar
+
+        require_driver_jar()
+        url = request.getfixturevalue("postgres_url")
+        table = jdbc_catalog_table(url, tmp_path / "jdbc-warehouse", name)
+        catalog = IcebergCatalog.from_mapping(table)
+    else:
+        catalog = IcebergCatalog.hadoop(name, home / "warehouse")
     config = LockstepConfig(
-        store_url=f"sqlite:///{home / 'lockstep.db'}",
-        home=home,
-        warehouse=home / "warehouse",
-        catalog=f"ls_{uuid.uuid4().hex[:10]}",
+        store_url=f"sqlite:///{home / 'lockstep.db'}", home=home, catalog=catalog
     )
     config.prepare()
     store = SqlMetadataStore.open(config.store_url)

@@ -32,7 +32,7 @@ WRITERS = {
 
 def tags(tables: IcebergTables, table: str, snapshot_id: int) -> dict[str, str]:
     """The ``lockstep.*`` properties of a snapshot's summary (pyiceberg StaticTable)."""
-    snapshot = tables.static_table(table).snapshot_by_id(snapshot_id)
+    snapshot = tables.load(table).snapshot_by_id(snapshot_id)
     assert snapshot is not None, f"{table} has no snapshot {snapshot_id}"
     assert snapshot.summary is not None
     props = snapshot.summary.additional_properties
@@ -47,7 +47,7 @@ def main_barrier_history(tables: IcebergTables, table: str) -> tuple[list[int], 
     """
     from pyiceberg.table.snapshots import ancestors_of
 
-    metadata = tables.static_table(table).metadata
+    metadata = tables.load(table).metadata
 
     def tag(snapshot_id: int) -> int | None:
         snapshot = metadata.snapshot_by_id(snapshot_id)
@@ -112,7 +112,7 @@ def check_pipeline(
         ancestors, log = main_barrier_history(tables, table)
         assert ancestors == barriers, f"{table}: main's ancestors carry barriers {ancestors}"
         assert log == barriers, f"{table}: main's snapshot log carries barriers {log}"
-        main = tables.static_table(table).metadata.refs["main"].snapshot_id
+        main = tables.load(table).metadata.refs["main"].snapshot_id
         assert versions[-1].snapshot_id == main, f"{table}: main is not its last version"
 
     for b in barriers:

@@ -55,7 +55,7 @@ def test_pipeline_benchmark_smoke(
     settings = pipeline_bench.Settings(
         barriers=BARRIERS, interval_s=1.0, poll_s=0.05, warmup=0, read_repeats=3
     )
-    plain = IcebergTables(f"plain_{uuid.uuid4().hex[:10]}", tmp_path / "plain")
+    plain = IcebergTables.hadoop(f"plain_{uuid.uuid4().hex[:10]}", tmp_path / "plain")
     result = pipeline_bench.run_benchmark(
         spark_ls, spark_base, plain, settings, progress=lambda _message: None
     )

@@ -62,7 +62,7 @@ def states(ls: Lockstep, table: str) -> list[tuple[int, VersionState]]:
 
 
 def refs(tables: IcebergTables, table: str) -> dict[str, int]:
-    metadata = tables.static_table(table).metadata
+    metadata = tables.load(table).metadata
     return {name: ref.snapshot_id for name, ref in metadata.refs.items()}
 
 

@@ -87,7 +87,7 @@ def test_readers_answer_the_dashboard_at_one_barrier(
         # the filter reaches the Iceberg scan: files without user2 are not even opened
         user2 = second.arrow("shopping", filter="user_id = 'user2'").to_pylist()
         assert [(r["user_id"], r["amount"]) for r in user2] == [("user2", 2)]
-        scan = spark_ls.iceberg.static_table("shopping").scan
+        scan = spark_ls.iceberg.load("shopping").scan
         shopping_2 = second.snapshots["shopping"]
         pruned = scan(snapshot_id=shopping_2, row_filter="user_id = 'user2'").plan_files()
         assert len(list(pruned)) < len(list(scan(snapshot_id=shopping_2).plan_files()))

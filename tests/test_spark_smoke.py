@@ -84,7 +84,7 @@ def test_publish_is_idempotent_and_publishes_exactly_the_staged_snapshot(
     runner.publish(2, staged)
     assert tables.ref_head(runner.spark, "events", "main") == staged["events"]
     assert tables.staged_head(runner.spark, "events", job.job_id) == barrier_1  # untouched
-    assert set(tables.static_table("events").metadata.refs) == {"main", "lockstep_load_events"}
+    assert set(tables.load("events").metadata.refs) == {"main", "lockstep_load_events"}
     runner.publish(2, staged)  # again, as a recovery after a crash would: nothing changes
     assert tables.ref_head(runner.spark, "events", "main") == staged["events"]
     assert [v.state for v in spark_ls.store.table_versions("events")] == [VersionState.WRITTEN] * 2
@@ -112,9 +112,7 @@ class FlakyTables(IcebergTables):
 def test_run_resumes_after_a_failed_publish(spark_ls: Lockstep, spark_base: SparkSession) -> None:
     """A publish that fails leaves the barrier PROCESSED; the same runner's next run()
     publishes it (rather than staging it again, which the coordinator refuses)."""
-    tables = FlakyTables(
-        spark_ls.iceberg.catalog, spark_ls.iceberg.warehouse, failures=["transient"]
-    )
+    tables = FlakyTables(spark_ls.iceberg.catalog, failures=["transient"])
     runner = JobRunner(spark_ls.store, events_job(crash_in=set()), spark_base.newSession(), tables)
     runner.start()
     spark_ls.issue_barrier()

@@ -215,7 +215,7 @@ def check_tables(store: MetadataStore, tables: IcebergTables, final: int) -> Tab
             if v.state.value == "WRITTEN"
         }
         try:
-            static = tables.static_table(table)
+            static = tables.load(table)
         except IcebergError as e:  # its job never got to write it (the run reports why)
             report.versions_missing += final
             report.rows_lost += sum(len(truth_rows(table, b)) for b in range(1, final + 1))

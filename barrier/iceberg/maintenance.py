@@ -11,7 +11,6 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockstep.barrier.iceberg.tables import (
@@ -20,7 +19,6 @@ from lockstep.barrier.iceberg.tables import (
     INPUT_CUTS_PROPERTY,
     JOB_PROPERTY,
     REVISION_PROPERTY,
-    IcebergError,
     IcebergTables,
     commit_properties,
 )
@@ -81,8 +79,8 @@ class TableHistory:
 
 
 def history(tables: IcebergTables, table: str) -> TableHistory:
-    """Read the table's snapshots and refs from its newest metadata file."""
-    static = tables.static_table(table)
+    """Read the table's snapshots and refs from its newest metadata (pyiceberg)."""
+    static = tables.load(table)
     snapshots = {}
     for snap in static.snapshots():
         extra = snap.summary.additional_properties if snap.summary is not None else {}
@@ -102,7 +100,7 @@ def rollback_main(spark: SparkSession, tables: IcebergTables, table: str, snapsh
     if tables.ref_head(spark, table, "main") == snapshot_id:
         return False
     spark.sql(
-        f"CALL {tables.catalog}.system.rollback_to_snapshot("
+        f"CALL {tables.name}.system.rollback_to_snapshot("
         f"'{tables.procedure_name(table)}', {int(snapshot_id)})"
     )
     return True
@@ -136,33 +134,69 @@ def expire_before(
     spark: SparkSession, tables: IcebergTables, table: str, older_than: datetime
 ) -> ExpireResult:
     """Expire the table's snapshots committed before ``older_than`` (refs' heads are always
-    kept); returns what went and the bytes freed in the warehouse."""
-    before = history(tables, table)
-    size_before = _tree_size(tables.location(table))
+    kept); returns what went and the bytes freed, from Iceberg's own file lists."""
+    before = tables.load(table)
+    files_before = _reachable_files(before, older_than)
     # a literal with its zone: the session's time zone does not shift it
     utc = older_than.astimezone(timezone.utc)
     literal = f"{utc:%Y-%m-%d %H:%M:%S}.{utc.microsecond // 1000:03d}Z"
     row = spark.sql(
-        f"CALL {tables.catalog}.system.expire_snapshots("
+        f"CALL {tables.name}.system.expire_snapshots("
         f"table => '{tables.procedure_name(table)}', "
         f"older_than => TIMESTAMP '{literal}', retain_last => 1)"
     ).collect()[0]
-    after = history(tables, table)
+    after = tables.load(table)
+    kept = {s.snapshot_id for s in after.snapshots()}
+    files_after = _reachable_files(after, None, known=files_before)
     deleted = sum(int(v) for k, v in row.asDict().items() if k.startswith("deleted_") and v)
+    freed = set(files_before.sizes) - set(files_after.sizes)
     return ExpireResult(
         table=table,
-        expired=tuple(sorted(set(before.snapshots) - set(after.snapshots))),
+        expired=tuple(sorted({s.snapshot_id for s in before.snapshots()} - kept)),
         deleted_files=deleted,
-        bytes_freed=max(0, size_before - _tree_size(tables.location(table))),
+        bytes_freed=sum(files_before.sizes[path] for path in freed),
     )
+
+
+@dataclass
+class _Files:
+    """The files a table's snapshots reach (path -> bytes), with the manifests read
+    (their live entries: a file a manifest records as deleted is not needed by it)."""
+
+    sizes: dict[str, int]
+    manifests: dict[str, list[tuple[str, int]]]  # manifest path -> its data/delete files
+
+
+def _reachable_files(
+    loaded: Any, stat_before: datetime | None, *, known: _Files | None = None
+) -> _Files:
+    """Every file the table's snapshots reach: manifest lists, manifests, data and delete
+    files, with their sizes as Iceberg records them (a manifest list's size is not recorded:
+    it is asked of the file system, for the snapshots older than ``stat_before`` only, the
+    ones an expiration may remove). ``known`` reuses manifests read before."""
+    io = loaded.io
+    manifests = dict(known.manifests) if known else {}
+    sizes: dict[str, int] = {}
+    cutoff = stat_before.timestamp() * 1000 if stat_before is not None else None
+    for snapshot in loaded.snapshots():
+        if snapshot.manifest_list:
+            if known is not None and snapshot.manifest_list in known.sizes:
+                sizes[snapshot.manifest_list] = known.sizes[snapshot.manifest_list]
+            elif cutoff is not None and snapshot.timestamp_ms < cutoff:
+                sizes[snapshot.manifest_list] = len(io.new_input(snapshot.manifest_list))
+            else:
+                sizes[snapshot.manifest_list] = 0
+        for manifest in snapshot.manifests(io):
+            sizes[manifest.manifest_path] = manifest.manifest_length
+            if manifest.manifest_path not in manifests:
+                entries = manifest.fetch_manifest_entry(io, discard_deleted=True)
+                manifests[manifest.manifest_path] = [
+                    (e.data_file.file_path, e.data_file.file_size_in_bytes) for e in entries
+                ]
+            sizes.update(manifests[manifest.manifest_path])
+    return _Files(sizes, manifests)
 
 
 def _from_millis(millis: int) -> datetime:
     seconds, rest = divmod(millis, 1000)
     return datetime.fromtimestamp(seconds, tz=timezone.utc) + timedelta(milliseconds=rest)
-
-
-def _tree_size(path: Path) -> int:
-    if not path.exists():
-        raise IcebergError(f"no table directory at {path}")
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

@@ -17,6 +17,7 @@ A second table format (Delta, Paimon) would be a sibling of this module.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -24,11 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lockstep.errors import LockstepError
+from lockstep.barrier.iceberg.catalog import IcebergCatalog
+from lockstep.errors import CatalogError, LockstepError
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyiceberg.table import StaticTable
+    from pyiceberg.table import Table as PyTable
     from pyspark.sql import DataFrame, SparkSession
 
 BARRIER_PROPERTY = "lockstep.barrier"
@@ -54,35 +56,41 @@ class IcebergError(LockstepError):
 
 @dataclass(frozen=True)
 class IcebergTables:
-    """Where Lockstep's tables live: a Spark catalog over a warehouse directory.
+    """Where Lockstep's tables live: an Iceberg catalog (Spark's and pyiceberg's view of it).
 
     A Lockstep table ``orders`` is ``<catalog>.default.orders``; ``shop.orders`` is
     ``<catalog>.shop.orders``.
 
-    >>> tables = IcebergTables("lockstep", Path("/wh"))
+    >>> tables = IcebergTables.hadoop("lockstep", "/wh")
     >>> tables.identifier("shop.orders"), tables.branch("sum-amount")
     ('lockstep.shop.orders', 'lockstep_sum_amount')
     """
 
-    catalog: str
-    warehouse: Path
+    catalog: IcebergCatalog
     default_namespace: str = "default"
 
+    @classmethod
+    def hadoop(cls, name: str, directory: str | os.PathLike[str]) -> IcebergTables:
+        """Tables in a Hadoop catalog over a local directory (the zero-setup default)."""
+        return cls(IcebergCatalog.hadoop(name, directory))
+
     # -- names -----------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The catalog's name (in Spark: ``<name>.<namespace>.<table>``)."""
+        return self.catalog.name
 
     def _parts(self, table: str) -> list[str]:
         parts = table.split(".")
         return parts if len(parts) > 1 else [self.default_namespace, table]
 
     def identifier(self, table: str) -> str:
-        return ".".join([self.catalog, *self._parts(table)])
+        return ".".join([self.name, *self._parts(table)])
 
     def procedure_name(self, table: str) -> str:
         """The table name as Iceberg's stored procedures want it (without the catalog)."""
         return ".".join(self._parts(table))
-
-    def location(self, table: str) -> Path:
-        return self.warehouse.joinpath(*self._parts(table))
 
     @staticmethod
     def branch(job_id: str) -> str:
@@ -95,16 +103,8 @@ class IcebergTables:
     # -- Spark: tables and branches ----------------------------------------------------------
 
     def catalog_settings(self) -> dict[str, str]:
-        """Spark settings that define this catalog (a Hadoop catalog over the warehouse)."""
-        key = f"spark.sql.catalog.{self.catalog}"
-        return {
-            key: "org.apache.iceberg.spark.SparkCatalog",
-            f"{key}.type": "hadoop",
-            f"{key}.warehouse": str(self.warehouse),
-            # Several jobs share one JVM, each with its own session: a caching catalog would
-            # hide one session's commits from another (and fail their next branch write).
-            f"{key}.cache-enabled": "false",
-        }
+        """Spark settings that define this catalog."""
+        return self.catalog.spark_settings()
 
     def register_catalog(self, spark: SparkSession) -> None:
         """Make this catalog usable in ``spark`` (any session, e.g. ``newSession()``, whose
@@ -121,7 +121,7 @@ class IcebergTables:
 
         ``columns_ddl`` is a Spark DDL column list, e.g. ``"user_id STRING, amount BIGINT"``.
         """
-        namespace = ".".join([self.catalog, *self._parts(table)[:-1]])
+        namespace = ".".join([self.name, *self._parts(table)[:-1]])
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
         properties = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
         spark.sql(
@@ -255,7 +255,7 @@ class IcebergTables:
                 base = base.limit(0)
             return base.withColumn(SIGN_COLUMN, F.lit(1))
         spark.sql(
-            f"CALL {self.catalog}.system.create_changelog_view("
+            f"CALL {self.name}.system.create_changelog_view("
             f"table => '{self.procedure_name(table)}', "
             f"options => map('start-snapshot-id', '{int(start)}', 'end-snapshot-id', "
             f"'{int(end)}'), changelog_view => '{view}')"
@@ -271,32 +271,84 @@ class IcebergTables:
 
     # -- pyiceberg: reads without Spark ------------------------------------------------------
 
-    def static_table(self, table: str) -> StaticTable:
-        """The table's newest metadata, read directly from the warehouse (read-only)."""
-        from pyiceberg.table import StaticTable
+    def load(self, table: str) -> PyTable:
+        """The table's newest metadata through pyiceberg: from the catalog, or for a Hadoop
+        catalog from the warehouse's newest ``vN.metadata.json`` (read-only)."""
+        catalog = self.catalog.load()
+        if catalog is None:
+            return self._hadoop_table(table)
+        from pyiceberg.exceptions import NoSuchTableError
 
+        try:
+            return catalog.load_table(tuple(self._parts(table)))
+        except NoSuchTableError as e:
+            raise CatalogError(
+                f"table {table!r} ({self.procedure_name(table)}) is not in the "
+                f"{self.catalog.describe()}; has its writer job run yet?"
+            ) from e
+        except CatalogError:
+            raise
+        except Exception as e:  # a catalog that went away: driver or HTTP errors
+            raise CatalogError(
+                f"cannot load {table!r} from the {self.catalog.describe()}: {e}"
+            ) from e
+
+    def table_exists(self, table: str) -> bool:
+        """Whether the catalog holds the table (pyiceberg; no Spark)."""
+        catalog = self.catalog.load()
+        if catalog is None:
+            return self._hadoop_metadata_file(table) is not None
+        try:
+            return bool(catalog.table_exists(tuple(self._parts(table))))
+        except Exception as e:
+            raise CatalogError(
+                f"cannot ask the {self.catalog.describe()} for {table!r}: {e}"
+            ) from e
+
+    def arrow_at(
+        self, table: str, snapshot_id: int | None, *, row_filter: str | None = None
+    ) -> pa.Table:
+        loaded = self.load(table)
+        scan_args: dict[str, Any] = {"snapshot_id": snapshot_id}
+        if row_filter:
+            scan_args["row_filter"] = row_filter
+        if snapshot_id is None:
+            return loaded.scan(**scan_args).to_arrow().slice(0, 0)
+        return loaded.scan(**scan_args).to_arrow()
+
+    # -- the Hadoop default's own files ------------------------------------------------------
+
+    def location(self, table: str) -> Path:
+        """A Hadoop catalog's table directory on the local disk."""
+        warehouse = self.catalog.local_warehouse
+        if warehouse is None:
+            raise CatalogError(
+                f"the {self.catalog.describe()} has no local table directories; "
+                "Lockstep reads its tables through pyiceberg"
+            )
+        return warehouse.joinpath(*self._parts(table))
+
+    def _hadoop_metadata_file(self, table: str) -> Path | None:
         metadata = self.location(table) / "metadata"
         versions = [
             (int(m.group(1)), p.name)
             for p in (metadata.iterdir() if metadata.is_dir() else [])
             if (m := _METADATA_FILE.match(p.name))
         ]
-        if not versions:
-            raise IcebergError(f"no Iceberg table at {self.location(table)}")
         # the newest vN.metadata.json, not version-hint.text: the hint is rewritten in
         # place and a reader racing a commit may find it empty
-        return StaticTable.from_metadata(str(metadata / max(versions)[1]))
+        return metadata / max(versions)[1] if versions else None
 
-    def arrow_at(
-        self, table: str, snapshot_id: int | None, *, row_filter: str | None = None
-    ) -> pa.Table:
-        static = self.static_table(table)
-        scan_args: dict[str, Any] = {"snapshot_id": snapshot_id}
-        if row_filter:
-            scan_args["row_filter"] = row_filter
-        if snapshot_id is None:
-            return static.scan(**scan_args).to_arrow().slice(0, 0)
-        return static.scan(**scan_args).to_arrow()
+    def _hadoop_table(self, table: str) -> PyTable:
+        from pyiceberg.table import StaticTable
+
+        newest = self._hadoop_metadata_file(table)
+        if newest is None:
+            raise CatalogError(
+                f"table {table!r} is not in the {self.catalog.describe()} "
+                f"(no Iceberg metadata in {self.location(table)}); has its writer job run yet?"
+            )
+        return StaticTable.from_metadata(str(newest))
 
 
 @dataclass(frozen=True)

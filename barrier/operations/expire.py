@@ -87,10 +87,7 @@ def _expire_table(
     *,
     dry_run: bool,
 ) -> TableExpiration | None:
-    if (
-        retention.keep_snapshot is None
-        or not (tables.location(retention.table) / "metadata").is_dir()
-    ):
+    if retention.keep_snapshot is None or not tables.table_exists(retention.table):
         return None
     history = maintenance.history(tables, retention.table)
     cutoff = _cutoff(history, retention)

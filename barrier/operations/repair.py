@@ -76,7 +76,7 @@ def repair(
     for table in sorted(t for t in topo.tables if topo.writer_of(t) is not None):
         writer = topo.writer_of(table)
         assert writer is not None
-        if not (tables.location(table) / "metadata").is_dir():
+        if not tables.table_exists(table):
             report.findings.append(Finding(table, None, "no_table", "no Iceberg table yet"))
             continue
         report.tables += 1

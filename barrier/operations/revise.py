@@ -81,7 +81,7 @@ def check_on_tables(tables: IcebergTables, plan: Revision) -> None:
     if plan.full:
         return
     for t in plan.tables:
-        if not (tables.location(t.table) / "metadata").is_dir():
+        if not tables.table_exists(t.table):
             continue  # no Iceberg table: nothing to roll back (roll_back skips it too)
         on_main = list(maintenance.history(tables, t.table).main_ancestry())
         if t.keep_snapshot is not None:

@@ -1,10 +1,11 @@
-"""A SparkSession configured for a Lockstep home's Iceberg warehouse.
+"""A SparkSession configured for a Lockstep home's Iceberg catalog.
 
 Zero-setup default: local Spark, the Apache Iceberg runtime jar found in the installed
 ``snowpark-connect-deps-iceberg`` package, a Hadoop catalog over the home's ``warehouse/``.
-Everything is overridable for a cluster: the master URL, ``spark.jars.packages`` (where
-Maven is reachable) instead of the local jar, and any catalog (JDBC, REST) through extra
-``spark.*`` settings.
+Everything is overridable for a cluster: the master URL, the catalog (JDBC, REST, Hive,
+Glue: :class:`~lockstep.barrier.iceberg.catalog.IcebergCatalog`), extra jars (a JDBC
+driver, a cloud bundle), ``spark.jars.packages`` (where Maven is reachable) instead of the
+local jar, and any further ``spark.*`` setting.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from lockstep.errors import ConfigurationError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from lockstep.barrier.iceberg.catalog import IcebergCatalog
+
 ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 ICEBERG_JAR_PACKAGE = "snowpark-connect-deps-iceberg"
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
-DEFAULT_CATALOG = "lockstep"
 # A local session is short-lived (a demo, tests, a laptop): C2 JIT compilation then only
 # competes with the work for a few cores. C1 alone halved the wall time of a 4-barrier
 # pipeline here (2 cores). For a long local run, set spark.driver.extraJavaOptions yourself.
@@ -52,10 +54,10 @@ def find_iceberg_runtime_jar() -> Path:
 class SparkConfig:
     """How to build the SparkSession; defaults run locally with no setup."""
 
-    warehouse: Path
-    catalog: str = DEFAULT_CATALOG
+    catalog: IcebergCatalog
     master: str = "local[2]"
     app_name: str = "lockstep"
+    jars: tuple[str, ...] = ()  # beyond Iceberg's runtime: a JDBC driver, a cloud bundle
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -63,11 +65,9 @@ class SparkConfig:
         return self.master.startswith("local")
 
     def settings(self) -> dict[str, str]:
-        from lockstep.barrier.iceberg.tables import IcebergTables
-
         settings = {
             "spark.sql.extensions": EXTENSIONS,
-            **IcebergTables(self.catalog, self.warehouse).catalog_settings(),
+            **self.catalog.spark_settings(),
             "spark.sql.shuffle.partitions": "2",
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
@@ -77,15 +77,32 @@ class SparkConfig:
             ),
         }
         settings.update(self.extra)
-        if "spark.jars.packages" not in settings and "spark.jars" not in settings:
-            settings["spark.jars"] = str(find_iceberg_runtime_jar())
+        jars = [j for j in settings.get("spark.jars", "").split(",") if j]
+        if not jars and "spark.jars.packages" not in settings:
+            jars.append(str(find_iceberg_runtime_jar()))
+        for jar in [*self.jars, *self.catalog.spark_jars()]:
+            if not _has_jar(jars, jar):
+                jars.append(jar)
+        missing = [j for j in jars if "://" not in j and not Path(j).is_file()]
+        if missing:
+            raise ConfigurationError(
+                f"spark jar {missing[0]} does not exist; fix [spark] jars (or spark.jars)"
+            )
+        if jars:
+            settings["spark.jars"] = ",".join(jars)
         return settings
+
+
+def _has_jar(jars: list[str], jar: str) -> bool:
+    """Whether ``jars`` already holds ``jar`` or another copy of it (same file name)."""
+    return any(Path(j).name == Path(jar).name for j in jars)
 
 
 def create_spark_session(config: SparkConfig) -> SparkSession:
     """Build (or reuse) the process's SparkSession for ``config``.
 
-    >>> config = SparkConfig(warehouse=Path(".lockstep/warehouse"))
+    >>> from lockstep.barrier.iceberg.catalog import IcebergCatalog
+    >>> config = SparkConfig(IcebergCatalog.hadoop("lockstep", ".lockstep/warehouse"))
     >>> spark = create_spark_session(config)  # doctest: +SKIP
     """
     try:

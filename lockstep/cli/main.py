@@ -44,7 +44,7 @@ from lockstep.cli.run import (
     load_job,
     stop_on_signals,
 )
-from lockstep.cli.target import add_client_options, connect_args, explain
+from lockstep.cli.target import add_catalog_options, add_client_options, connect_args, explain
 from lockstep.errors import LockstepError
 from lockstep.meta_tables.delay import DEFAULT_DELAY_BARRIERS
 
@@ -369,7 +369,10 @@ def _add_run_commands(sub: Any, cmds: _Commands) -> None:
     run.add_argument(
         "--until-idle", action="store_true", help="stop when no barrier is available to the job"
     )
-    run.add_argument("--master", metavar="URL", help="Spark master (default: local[2])")
+    run.add_argument(
+        "--master", metavar="URL", help="Spark master (default: [spark] master, or local[2])"
+    )
+    add_catalog_options(run)
 
 
 def _add_serve_command(sub: Any, cmds: _Commands) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockstep.cli.format import MAX_ID, Output, format_table
@@ -26,11 +25,11 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _with_warehouse(handler: OpsHandler) -> Callable[[argparse.Namespace], Output]:
+def _with_catalog(handler: OpsHandler) -> Callable[[argparse.Namespace], Output]:
     def run(args: argparse.Namespace) -> Output:
         from lockstep.cli.target import connect_args
 
-        with connect_args(args, warehouse=args.warehouse) as ls:
+        with connect_args(args) as ls:
             return handler(ls, args)
 
     return run
@@ -161,17 +160,13 @@ def _usage(message: str) -> Exception:
 def add_ops_commands(sub: Any, cmds: Any) -> None:
     """Register the operations subcommands on ``sub`` (``cmds`` is ``cli._Commands``)."""
     from lockstep.barrier.operations.expire import DEFAULT_RETAIN_BARRIERS
+    from lockstep.cli.target import add_catalog_options
 
     def add(name: str, handler: OpsHandler) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = cmds.add_plain(
-            sub, name, _with_warehouse(handler), doc=handler.__doc__
+            sub, name, _with_catalog(handler), doc=handler.__doc__
         )
-        parser.add_argument(
-            "--warehouse",
-            type=Path,
-            metavar="PATH",
-            help="the Iceberg warehouse, when --store names a URL rather than a home",
-        )
+        add_catalog_options(parser)
         return parser
 
     revise = add("revise", cmd_revise)

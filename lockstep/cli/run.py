@@ -175,11 +175,16 @@ def _fresh_home(target: str | None) -> Path:
         raise ConfigurationError(
             f"the demo needs a home directory (it writes an Iceberg warehouse), not {target!r}"
         )
+    from lockstep.config import CONFIG_FILE
+
     home = Path(target).expanduser().resolve()
-    if home.exists() and (not home.is_dir() or any(home.iterdir())):
+    # a home holding only its lockstep.toml (a catalog, Spark settings) counts as new
+    if home.exists() and (
+        not home.is_dir() or any(p.name != CONFIG_FILE for p in home.iterdir())
+    ):
         raise ConfigurationError(
-            f"refusing to run the demo in {home}: it is not an empty directory; name a new "
-            "or empty one, or omit --home to use a temporary one"
+            f"refusing to run the demo in {home}: it holds more than a {CONFIG_FILE}; name "
+            "a new or empty one, or omit --home to use a temporary one"
         )
     return home
 

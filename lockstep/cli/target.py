@@ -42,11 +42,52 @@ def client_token(args: argparse.Namespace) -> str | None:
     return os.environ.get(TOKEN_ENV) or None
 
 
-def connect_args(args: argparse.Namespace, **options: Any) -> Lockstep:
-    """The coordinator the command's ``--home``/``--store`` and token name."""
+def connect_args(args: argparse.Namespace) -> Lockstep:
+    """The coordinator the command's ``--home``/``--store`` and token name, with the
+    catalog of ``--catalog``/``--warehouse`` where the command has them."""
     from lockstep.facade import connect
 
-    return connect(args.target, token=client_token(args), **options)
+    catalog_file: Path | None = getattr(args, "catalog_file", None)
+    return connect(
+        args.target,
+        token=client_token(args),
+        catalog=catalog_table(catalog_file) if catalog_file is not None else None,
+        warehouse=getattr(args, "warehouse", None),
+    )
+
+
+def catalog_table(path: Path) -> dict[str, Any]:
+    """The ``[catalog]`` table of a TOML file (a home's lockstep.toml, a service's
+    settings)."""
+    import tomllib
+
+    try:
+        settings = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigurationError(f"cannot read the catalog file {path}: {e}") from e
+    table = settings.get("catalog")
+    if not isinstance(table, dict):
+        raise ConfigurationError(f"{path} has no [catalog] table (type, uri, warehouse, ...)")
+    return table
+
+
+def add_catalog_options(parser: argparse.ArgumentParser) -> None:
+    """--catalog FILE / --warehouse PATH: where the tables are, for a store URL (a home has
+    its lockstep.toml, a service names its own catalog)."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--catalog",
+        dest="catalog_file",
+        type=Path,
+        metavar="FILE",
+        help="a TOML file whose [catalog] table names the Iceberg catalog",
+    )
+    where.add_argument(
+        "--warehouse",
+        type=Path,
+        metavar="PATH",
+        help="a local Hadoop-catalog warehouse directory",
+    )
 
 
 def explain(error: Exception) -> str:

@@ -82,9 +82,11 @@ def create_app(
     sql_queue: int = 16,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_leases_per_caller: int = 1_000,
+    catalog: dict[str, Any] | None = None,
 ) -> FastAPI:
     """The service app over ``store``; ``tokens`` None disables authentication (and then
-    only same-origin requests are accepted, see ``guard.py``)."""
+    only same-origin requests are accepted, see ``guard.py``). ``catalog`` is the Iceberg
+    catalog the service tells its clients about (the ``[catalog]`` table)."""
     app = FastAPI(title="Lockstep coordinator", version="1")
     app.add_middleware(Guard, tokens=tokens, max_body_bytes=max_body_bytes)
 
@@ -113,6 +115,7 @@ def create_app(
 
     app.state.tokens = tokens
     _add_pages(app, store)
+    _add_catalog(app, catalog)
     _add_topology(app, store)
     _add_barriers(app, store)
     _add_job_protocol(app, store)
@@ -143,6 +146,16 @@ def _add_pages(app: FastAPI, store: MetadataStore) -> None:
     @app.get("/v1/now")
     def now(_: Reader) -> dict[str, Any]:
         return {"now": store.now().isoformat()}
+
+
+def _add_catalog(app: FastAPI, catalog: dict[str, Any] | None) -> None:
+    """Where the tables are: the service's ``[catalog]``, so that a job or a reader needs
+    only the service's URL and a token (the properties may hold the catalog's credentials:
+    they go to authenticated callers only)."""
+
+    @app.get("/v1/catalog")
+    def iceberg_catalog(_: Reader) -> dict[str, Any]:
+        return {"catalog": catalog}
 
 
 def _add_topology(app: FastAPI, store: MetadataStore) -> None:

@@ -57,6 +57,7 @@ def serve(settings: ServiceSettings) -> None:
         sql_queue=settings.sql_queue,
         max_body_bytes=settings.max_body_bytes,
         max_leases_per_caller=settings.max_leases_per_caller,
+        catalog=settings.catalog,
     )
     interval = settings.barrier_interval_s
     ticker = BackgroundIssuer(BarrierIssuer(store, Interval(interval))) if interval else None

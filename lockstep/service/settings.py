@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockstep.errors import ConfigurationError
@@ -33,6 +33,20 @@ class ServiceSettings(BaseSettings):
     sql_queue: int = Field(default=16, ge=0)  # and waiting; beyond: 429
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     max_leases_per_caller: int = Field(default=1_000, gt=0)
+    # the Iceberg catalog clients are told about (GET /v1/catalog): a home's [catalog] table
+    catalog: dict[str, Any] | None = None
+
+    @field_validator("catalog")
+    @classmethod
+    def _catalog_is_usable(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            from lockstep.barrier.iceberg.catalog import IcebergCatalog
+
+            try:
+                IcebergCatalog.from_mapping(value)
+            except ConfigurationError as e:
+                raise ValueError(str(e)) from e
+        return value
 
     @classmethod
     def load(cls, config_file: Path | None = None, **overrides: Any) -> ServiceSettings:

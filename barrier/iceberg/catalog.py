@@ -1,0 +1,311 @@
+"""The Iceberg catalog Lockstep's tables live in: one configuration for Spark and pyiceberg.
+
+A catalog is named by Iceberg's own property names (``type``, ``uri``, ``warehouse``,
+``jdbc.user``, ``credential``, ``s3.endpoint``...). Lockstep hands those properties to Spark
+as ``spark.sql.catalog.<name>.<property>`` and to pyiceberg's ``load_catalog``, translating
+the few that differ between the two (DESIGN §9):
+
+- ``type = "jdbc"``: Spark's ``jdbc:postgresql://HOST/DB`` (+ ``jdbc.user``/``jdbc.password``)
+  is pyiceberg's SQL catalog on ``postgresql+psycopg://USER:PASSWORD@HOST/DB``, and
+  ``jdbc:sqlite:PATH`` is ``sqlite:///PATH``;
+- ``type = "hadoop"`` (the zero-setup default) has no pyiceberg catalog: readers open the
+  table's newest ``vN.metadata.json`` in the warehouse directory;
+- ``rest``, ``hive`` and ``glue`` mean the same to both; Java-only properties (``io-impl``,
+  ``catalog-impl``...) are not passed to pyiceberg.
+
+``[catalog.spark]`` and ``[catalog.python]`` override properties for one side only, for
+whatever the translation does not cover.
+
+>>> catalog = IcebergCatalog.from_mapping({"type": "jdbc", "uri": "jdbc:postgresql://db/lake",
+...     "jdbc": {"user": "etl", "password": "pw"}, "warehouse": "s3://lake/wh"})
+>>> catalog.python_properties()["uri"]
+'postgresql+psycopg://etl:pw@db/lake'
+>>> catalog.spark_settings()["spark.sql.catalog.lockstep.jdbc.user"]
+'etl'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+
+from lockstep.errors import CatalogError, ConfigurationError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+DEFAULT_CATALOG_NAME = "lockstep"
+CATALOG_TYPES = ("hadoop", "jdbc", "rest", "hive", "glue")
+SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
+# Debian's libpostgresql-jdbc-java puts the driver here (`dpkg -L libpostgresql-jdbc-java`)
+DEBIAN_POSTGRESQL_JAR = Path("/usr/share/java/postgresql.jar")
+# Java-only properties: pyiceberg picks its FileIO by the URI scheme and has no caching
+_JAVA_ONLY = frozenset({"io-impl", "cache-enabled", "cache.expiration-interval-ms", "clients"})
+_PYTHON_ONLY = frozenset({"py-io-impl", "py-catalog-impl"})
+_RESERVED = frozenset({"name", "spark", "python"})
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True, eq=False)
+class IcebergCatalog:
+    """An Iceberg catalog: its name and properties, with per-engine overrides.
+
+    ``name`` is the catalog's name in Spark (``<name>.default.orders``) and, for a JDBC
+    catalog, the ``catalog_name`` its rows carry: every engine sharing the catalog must use
+    the same one.
+    """
+
+    name: str = DEFAULT_CATALOG_NAME
+    properties: Mapping[str, str] = field(default_factory=dict)
+    spark_overrides: Mapping[str, str] = field(default_factory=dict)
+    python_overrides: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ConfigurationError(
+                f"catalog name {self.name!r} is not a plain identifier (letters, digits, _)"
+            )
+        kind = self.properties.get("type")
+        if kind is None and "catalog-impl" not in self.properties:
+            raise ConfigurationError(
+                f"catalog.type is missing: set one of {', '.join(CATALOG_TYPES)} "
+                "(or catalog-impl for a custom Java catalog)"
+            )
+        if kind is not None and kind not in CATALOG_TYPES:
+            raise ConfigurationError(
+                f"catalog.type = {kind!r} is not one Lockstep knows; use one of "
+                f"{', '.join(CATALOG_TYPES)} (or catalog-impl for a custom Java catalog)"
+            )
+        if kind in ("jdbc", "rest", "hive") and not self.properties.get("uri"):
+            raise ConfigurationError(f"catalog.uri is missing: a {kind} catalog needs one")
+        if kind == "hadoop" and not self.properties.get("warehouse"):
+            raise ConfigurationError("catalog.warehouse is missing: a hadoop catalog needs one")
+
+    def __repr__(self) -> str:  # property values may hold credentials
+        return f"IcebergCatalog({self.name!r}, type={self.type!r}, keys={sorted(self.properties)})"
+
+    # -- construction --------------------------------------------------------------------
+
+    @classmethod
+    def hadoop(cls, name: str, directory: str | os.PathLike[str]) -> IcebergCatalog:
+        """The zero-setup default: a Hadoop catalog over a local warehouse directory."""
+        warehouse = Path(directory).expanduser().resolve().as_uri()
+        return cls(name, {"type": "hadoop", "warehouse": warehouse})
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> IcebergCatalog:
+        """A catalog from a ``[catalog]`` TOML table (or the same keys as a dict).
+
+        Nested tables flatten to dotted names (``jdbc.user = "x"`` is ``jdbc.user``),
+        ``${VAR}`` in a value is the environment variable ``VAR``, ``name`` names the
+        catalog, and the ``spark`` / ``python`` tables override properties per engine.
+        """
+        name = mapping.get("name", DEFAULT_CATALOG_NAME)
+        if not isinstance(name, str):
+            raise ConfigurationError(f"catalog.name must be a string, not {name!r}")
+        properties = _flatten({k: v for k, v in mapping.items() if k not in _RESERVED})
+        overrides = {}
+        for side in ("spark", "python"):
+            table = mapping.get(side, {})
+            if not isinstance(table, Mapping):
+                raise ConfigurationError(f"catalog.{side} must be a table of properties")
+            overrides[side] = _flatten(table, prefix=f"catalog.{side}.")
+        return cls(name, properties, overrides["spark"], overrides["python"])
+
+    # -- what it is ----------------------------------------------------------------------
+
+    @property
+    def type(self) -> str | None:
+        return self.properties.get("type")
+
+    @property
+    def warehouse(self) -> str | None:
+        return self.properties.get("warehouse")
+
+    @property
+    def local_warehouse(self) -> Path | None:
+        """The warehouse directory of a Hadoop catalog on the local disk, else None."""
+        if self.type != "hadoop" or self.warehouse is None:
+            return None
+        return local_path(self.warehouse)
+
+    def describe(self) -> str:
+        """A short human description: ``jdbc catalog 'lockstep' at jdbc:postgresql://…``."""
+        where = self.properties.get("uri") or self.warehouse or "?"
+        return f"{self.type or 'custom'} catalog {self.name!r} at {_redact(where)}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The configuration as the ``[catalog]`` table it came from (for a client)."""
+        out: dict[str, Any] = {"name": self.name, **self.properties}
+        if self.spark_overrides:
+            out["spark"] = dict(self.spark_overrides)
+        if self.python_overrides:
+            out["python"] = dict(self.python_overrides)
+        return out
+
+    # -- Spark ---------------------------------------------------------------------------
+
+    def spark_settings(self) -> dict[str, str]:
+        """``spark.sql.catalog.<name>.*`` settings that define this catalog in Spark."""
+        key = f"spark.sql.catalog.{self.name}"
+        settings = {key: SPARK_CATALOG_CLASS}
+        properties = {k: v for k, v in self.properties.items() if k not in _PYTHON_ONLY}
+        # Several jobs share one JVM, each with its own session: a caching catalog would
+        # hide one session's commits from another (and fail their next branch write).
+        properties.setdefault("cache-enabled", "false")
+        properties.update(self.spark_overrides)
+        for prop, value in properties.items():
+            settings[f"{key}.{prop}"] = value
+        return settings
+
+    def spark_jars(self) -> list[str]:
+        """Jars this catalog needs in Spark beyond Iceberg's runtime: for a
+        ``jdbc:postgresql:`` URI, Debian's PostgreSQL driver when it is installed."""
+        uri = self.spark_overrides.get("uri") or self.properties.get("uri", "")
+        if self.type == "jdbc" and uri.startswith("jdbc:postgresql:"):
+            if not DEBIAN_POSTGRESQL_JAR.is_file():
+                raise ConfigurationError(
+                    f"catalog.uri is {_redact(uri)}, but the PostgreSQL JDBC driver is not "
+                    f"installed: apt-get install libpostgresql-jdbc-java (it provides "
+                    f"{DEBIAN_POSTGRESQL_JAR}), or add the driver jar to [spark] jars"
+                )
+            return [str(DEBIAN_POSTGRESQL_JAR)]
+        return []
+
+    # -- pyiceberg -----------------------------------------------------------------------
+
+    def python_properties(self) -> dict[str, str]:
+        """The properties for pyiceberg's ``load_catalog`` (see the module's notes)."""
+        kind = self.type
+        out = {k: v for k, v in self.properties.items() if k not in _JAVA_ONLY}
+        if "catalog-impl" in out:
+            if "py-catalog-impl" not in {**out, **self.python_overrides}:
+                raise CatalogError(
+                    "catalog.catalog-impl names a Java catalog pyiceberg cannot load: set "
+                    "[catalog.python] py-catalog-impl (or type and uri) for the readers"
+                )
+            del out["catalog-impl"]
+        if kind == "jdbc" and "uri" not in self.python_overrides:
+            out = _jdbc_to_sql(out)
+        out.update(self.python_overrides)
+        return out
+
+    def load(self) -> Catalog | None:
+        """pyiceberg's view of this catalog (None for a Hadoop catalog: read its files).
+
+        Loaded once per process and configuration; a catalog that cannot be reached is a
+        :class:`CatalogError` naming it.
+        """
+        if self.type == "hadoop" and "type" not in self.python_overrides:
+            return None
+        properties = self.python_properties()
+        cache_key = json.dumps([self.name, properties], sort_keys=True)
+        with _CACHE_LOCK:
+            cached = _CATALOGS.get(cache_key)
+            if cached is not None:
+                return cached
+            from pyiceberg.catalog import load_catalog
+
+            try:
+                catalog = load_catalog(self.name, **properties)
+            except Exception as e:  # pyiceberg raises ValueError, driver and HTTP errors
+                raise CatalogError(
+                    f"cannot open the {self.describe()} with pyiceberg: {_redact(str(e))}; "
+                    "check catalog.uri and the credentials (or [catalog.python] overrides)"
+                ) from e
+            _CATALOGS[cache_key] = catalog
+            return catalog
+
+
+_CATALOGS: dict[str, Catalog] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def local_path(uri: str) -> Path | None:
+    """The local path of a ``file://`` URI or a plain path; None for any other scheme."""
+    parts = urlsplit(uri)
+    if parts.scheme == "file":
+        return Path(unquote(parts.path))
+    if parts.scheme == "" or (len(parts.scheme) == 1 and os.name == "nt"):
+        return Path(uri).expanduser().resolve()
+    return None
+
+
+def _flatten(mapping: Mapping[str, Any], prefix: str = "catalog.") -> dict[str, str]:
+    """``{"jdbc": {"user": "x"}}`` -> ``{"jdbc.user": "x"}``; values become strings."""
+    out: dict[str, str] = {}
+    for key, value in mapping.items():
+        if isinstance(value, Mapping):
+            for sub, text in _flatten(value, prefix=f"{prefix}{key}.").items():
+                out[f"{key}.{sub}"] = text
+        elif isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, (str, int, float)):
+            out[key] = _expand(str(value), f"{prefix}{key}")
+        else:
+            raise ConfigurationError(
+                f"{prefix}{key} must be a string, number or boolean, not {value!r}"
+            )
+    return out
+
+
+def _expand(value: str, key: str) -> str:
+    def lookup(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise ConfigurationError(f"{key} refers to ${{{name}}}, which is not set")
+        return os.environ[name]
+
+    return _ENV_REFERENCE.sub(lookup, value)
+
+
+def _jdbc_to_sql(properties: dict[str, str]) -> dict[str, str]:
+    """Iceberg's JDBC catalog properties as pyiceberg's SQL catalog's (same database)."""
+    out = {k: v for k, v in properties.items() if not k.startswith("jdbc.")}
+    out["type"] = "sql"
+    uri = properties["uri"]
+    user, password = properties.get("jdbc.user"), properties.get("jdbc.password")
+    unknown = sorted(
+        k for k in properties if k.startswith("jdbc.") and k not in ("jdbc.user", "jdbc.password")
+    )
+    if uri.startswith("jdbc:postgresql:"):
+        parts = urlsplit(uri.removeprefix("jdbc:"))
+        query = dict(parse_qsl(parts.query))
+        user = user or query.pop("user", None)
+        password = password or query.pop("password", None)
+        credentials = ""
+        if user:
+            credentials = quote(user, safe="")
+            if password:
+                credentials += ":" + quote(password, safe="")
+            credentials += "@"
+        tail = f"?{urlencode(query)}" if query else ""
+        # the URL's own parameters (sslmode=...) mean the same to libpq as to the driver
+        out["uri"] = f"postgresql+psycopg://{credentials}{parts.netloc}{parts.path}{tail}"
+    elif uri.startswith("jdbc:sqlite:"):
+        out["uri"] = "sqlite:///" + uri.removeprefix("jdbc:sqlite:").removeprefix("file:")
+    else:
+        raise CatalogError(
+            f"catalog.uri {_redact(uri)} is a JDBC URL Lockstep cannot translate for pyiceberg "
+            "(it knows jdbc:postgresql: and jdbc:sqlite:); set [catalog.python] uri to the "
+            "same database as an SQLAlchemy URL"
+        )
+    if unknown:
+        raise CatalogError(
+            f"catalog.{unknown[0]} has no pyiceberg equivalent Lockstep knows; put the "
+            "reader's connection in [catalog.python] uri (an SQLAlchemy URL) instead"
+        )
+    return out
+
+
+def _redact(text: str) -> str:
+    """Hide a password in a URL-like string (``user:secret@`` -> ``user:***@``)."""
+    return re.sub(r"(://[^/:@\s]+):[^@/\s]+@", r"\1:***@", text)
