@@ -71,3 +71,9 @@ def jdbc_catalog(postgres_url: str, tmp_path: Path) -> dict[str, Any]:
     """A ``[catalog]`` table: a JDBC catalog in a fresh database, files in ``tmp_path``."""
     require_driver_jar()
     return jdbc_catalog_table(postgres_url, tmp_path / "jdbc-warehouse")
+
+
+# A test that takes ``spark_ls`` runs on both catalogs: the Hadoop default and JDBC.
+ON_EVERY_CATALOG = pytest.mark.parametrize(
+    "spark_ls", ["hadoop", pytest.param("jdbc", marks=pytest.mark.postgres)], indirect=True
+)

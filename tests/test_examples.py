@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
+from jdbc_catalog import ON_EVERY_CATALOG
 
 import lockstep
 from lockstep.barrier.model import VersionState
@@ -79,6 +80,7 @@ def test_ground_truth_tables_agree_with_each_other() -> None:
 
 
 @pytest.mark.spark
+@ON_EVERY_CATALOG
 def test_deep_pipeline_matches_ground_truth_at_every_barrier(
     spark_ls: Lockstep, spark_base: SparkSession
 ) -> None:

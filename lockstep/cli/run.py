@@ -203,6 +203,11 @@ def cmd_serve(args: argparse.Namespace) -> Output:
         "barrier_interval_s": args.barrier_interval,
     }
     settings = ServiceSettings.load(args.config, **{k: v for k, v in flags.items() if v})
+    if settings.catalog is None and args.target and "://" not in args.target:
+        # a service over a home tells its clients where that home's tables are
+        home = LockstepConfig.from_target(args.target)
+        if home.catalog is not None:
+            settings = settings.model_copy(update={"catalog": home.catalog.as_dict()})
     print(
         f"Lockstep coordinator on http://{settings.host}:{settings.port} over {settings.store}"
         + ("" if settings.token_file else " (no token file: every request is accepted)"),
