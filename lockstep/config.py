@@ -132,6 +132,29 @@ def read_home_settings(path: Path) -> dict[str, Any]:
     return settings
 
 
+def settings_text(settings: Mapping[str, Mapping[str, Any]]) -> str:
+    """``lockstep.toml`` text for tables of plain values (``{"catalog": {...}}``).
+
+    >>> print(settings_text({"catalog": {"type": "jdbc", "jdbc.user": "etl"}}))
+    [catalog]
+    "type" = "jdbc"
+    "jdbc.user" = "etl"
+    <BLANKLINE>
+    """
+    import json
+
+    lines = []
+    for name, values in settings.items():
+        lines.append(f"[{name}]")
+        for key, value in values.items():
+            if not isinstance(value, (str, int, float, bool)):
+                raise ConfigurationError(f"{name}.{key}: only plain values can be written")
+            # a JSON string or number is a TOML one (booleans are spelled alike)
+            lines.append(f"{json.dumps(key)} = {json.dumps(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def spark_options(table: Mapping[str, Any], source: Path | str) -> SparkOptions:
     """The ``[spark]`` table, checked (a clear error names the key)."""
     try:

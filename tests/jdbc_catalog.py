@@ -7,7 +7,6 @@ installed by ``.ci/run``). Without the jar the tests skip, except in CI
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +17,7 @@ from pg_server import REQUIRE_ENV
 from sqlalchemy import make_url
 
 from lockstep.barrier.iceberg.catalog import DEBIAN_POSTGRESQL_JAR
+from lockstep.config import settings_text
 
 
 def require_driver_jar() -> None:
@@ -48,21 +48,11 @@ def jdbc_catalog_table(
     return table
 
 
-def toml_text(tables: Mapping[str, Mapping[str, Any]]) -> str:
-    """TOML for tables of string/number values (JSON strings are valid TOML strings)."""
-    lines = []
-    for name, values in tables.items():
-        lines.append(f"[{name}]")
-        lines += [f"{json.dumps(k)} = {json.dumps(v)}" for k, v in values.items()]
-        lines.append("")
-    return "\n".join(lines)
-
-
 def write_home_config(home: Path, catalog: Mapping[str, Any]) -> Path:
     """A home holding only its ``lockstep.toml`` with this ``[catalog]``."""
     home.mkdir(parents=True, exist_ok=True)
     path = home / "lockstep.toml"
-    path.write_text(toml_text({"catalog": catalog}))
+    path.write_text(settings_text({"catalog": catalog}))
     return path
 
 

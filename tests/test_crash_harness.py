@@ -2,13 +2,15 @@
 SIGKILLed at random moments (and at protocol points), readers at every level meanwhile.
 
 One short run per coordinator: embedded (the barrier issuer process over the shared
-SQLite store) and service (two ``lockstep serve`` replicas that every client reaches by
-URL). Required: every table at every barrier equals the ground truth (nothing lost,
-duplicated or wrong), zero inconsistent read_committed and repeatable_read reads, and a
-non-zero count of inconsistent read_uncommitted reads, which proves the checker sees a
-violation when there is one. The run goes on (bounded) until it has killed a job process
-and a coordinator and seen a read_uncommitted read mix barriers, so none of these
-depends on timing. The long version: ``make crash-check`` (``tools/crash_check.py``).
+SQLite store, tables in the home's Hadoop catalog) and service (two ``lockstep serve``
+replicas that every client reaches by URL, tables in Iceberg's JDBC catalog on PostgreSQL,
+which the service names to its clients). Required: every table at every barrier equals
+the ground truth (nothing lost, duplicated or wrong), zero inconsistent read_committed and
+repeatable_read reads, and a non-zero count of inconsistent read_uncommitted reads, which
+proves the checker sees a violation when there is one. The run goes on (bounded) until it
+has killed a job process and a coordinator and seen a read_uncommitted read mix barriers,
+so none of these depends on timing. The long version: ``make crash-check``
+(``tools/crash_check.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import pytest
 from _crash_run import RunPlan
 from _crash_truth import Read, compare_rows, is_consistent, mislabelled, truth_digest, truth_rows
 from crash_check import run_once, summary
+from jdbc_catalog import jdbc_catalog_table, require_driver_jar
 
+POSTGRES = pytest.mark.postgres
 SEEDS = {"embedded": 11, "service": 12}  # the victims and faults they pick; timing varies
 
 
@@ -64,11 +68,22 @@ def test_checker_counts_lost_duplicated_and_unexpected_rows() -> None:
 
 @pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.parametrize("coordinator", ["embedded", "service"])
+@pytest.mark.parametrize("coordinator", ["embedded", pytest.param("service", marks=POSTGRES)])
 def test_pipeline_survives_random_kills(
-    coordinator: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    coordinator: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
 ) -> None:
+    """Embedded on the home's Hadoop catalog; the service on Iceberg's JDBC catalog
+    (PostgreSQL), which the service names to its clients: they know only its URLs."""
+    catalog = None
+    if coordinator == "service":
+        require_driver_jar()
+        postgres_url = request.getfixturevalue("postgres_url")
+        catalog = jdbc_catalog_table(postgres_url, tmp_path / "jdbc-warehouse")
     plan = RunPlan(
+        catalog=catalog,
         coordinator=coordinator,
         seed=SEEDS[coordinator],
         chaos_s=25.0,

@@ -19,8 +19,10 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 from _crash_issuer import STOP_FILE as STOP_ISSUER
@@ -32,6 +34,7 @@ from _crash_truth import LevelReport, Read, TableReport, check_reads, check_tabl
 
 import lockstep
 from lockstep.barrier.runtime.runner import FAULT_POINTS
+from lockstep.config import CONFIG_FILE, settings_text
 from lockstep.examples import deep
 
 TOOLS = Path(__file__).resolve().parent
@@ -64,12 +67,14 @@ class RunPlan:
     issue_lag: int = 3
     issue_min_interval_s: float = 1.0
     drain_timeout_s: float = 300.0
+    catalog: Mapping[str, Any] | None = None  # a [catalog] table; None: the home's Hadoop one
 
 
 @dataclass
 class RunResult:
     coordinator: str
     seed: int
+    catalog: str = "hadoop"  # the Iceberg catalog's type
     elapsed_s: float = 0.0
     barriers: int = 0
     job_kills: int = 0  # SIGKILLed by the harness at a random moment
@@ -111,9 +116,13 @@ class CrashRun:
         self.workdir = workdir
         self.home = workdir / "home"
         self.rng = random.Random(plan.seed)
-        self.result = RunResult(plan.coordinator, plan.seed, workdir=str(workdir))
+        catalog = str(plan.catalog.get("type", "custom")) if plan.catalog else "hadoop"
+        self.result = RunResult(plan.coordinator, plan.seed, catalog=catalog, workdir=str(workdir))
         self._say = say
         self._t0 = time.monotonic()
+        if plan.catalog is not None:  # before anyone opens the home
+            self.home.mkdir(parents=True, exist_ok=True)
+            (self.home / CONFIG_FILE).write_text(settings_text({"catalog": plan.catalog}))
         self.ls = lockstep.connect(self.home)  # the harness's own look at the store
         self.replicas: list[Managed] = []
         self.issuer: Managed | None = None
@@ -154,7 +163,7 @@ class CrashRun:
         self.home.mkdir(parents=True, exist_ok=True)
         for job in deep.JOBS:  # before the first barrier: every job starts at barrier 1
             self.ls.store.register_job(job.spec())
-        target, extra = str(self.home), []
+        target = str(self.home)
         if self.plan.coordinator == "service":
             serve = [
                 str(Path(sys.executable).parent / "lockstep"),
@@ -168,8 +177,8 @@ class CrashRun:
                 replica.url = f"http://127.0.0.1:{port}"
                 self.replicas.append(replica)
                 self._start_replica(replica)
+            # the clients know only the URLs: the service tells them where the tables are
             target = ",".join(str(r.url) for r in self.replicas)
-            extra = ["--warehouse", str(self.home / "warehouse")]
         run_dir = str(self.workdir)
         self.issuer = self._managed(
             "issuer",
@@ -185,17 +194,14 @@ class CrashRun:
         )
         self.issuer.start()
         for name, job_ids in JOB_PROCESSES.items():
-            process = self._managed(
-                name, self._script("_crash_jobs.py", target, run_dir, *job_ids, *extra)
-            )
+            process = self._managed(name, self._script("_crash_jobs.py", target, run_dir, *job_ids))
             process.start()
             self.jobs.append(process)
-        self.reader = self._managed(
-            "reader", self._script("_crash_reader.py", target, run_dir, *extra)
-        )
+        self.reader = self._managed("reader", self._script("_crash_reader.py", target, run_dir))
         self.reader.start()
         self.log(
-            f"{self.plan.coordinator} coordinator; jobs {JOB_PROCESSES}; workdir {self.workdir}"
+            f"{self.plan.coordinator} coordinator, {self.result.catalog} catalog; jobs "
+            f"{JOB_PROCESSES}; workdir {self.workdir}"
         )
         return target
 

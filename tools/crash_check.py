@@ -48,6 +48,8 @@ from collections.abc import Sequence  # noqa: E402
 from _crash_run import CrashRun, RunPlan, RunResult, fresh_workdir  # noqa: E402
 from _crash_truth import LEVELS, LevelReport, TableReport  # noqa: E402
 
+from lockstep.cli.target import catalog_table  # noqa: E402
+
 LONG_CHAOS_S = 150.0  # one run of the long version: kills for this long, then the check
 
 
@@ -66,7 +68,7 @@ def summary(results: Sequence[RunResult]) -> str:
         for level in LEVELS:
             reads[level].add(result.reads.get(level, LevelReport()))
     total = sum(r.elapsed_s for r in results)
-    modes = ", ".join(sorted({r.coordinator for r in results}))
+    modes = ", ".join(sorted({f"{r.coordinator} on {r.catalog}" for r in results}))
     lines = [
         f"crash check: {len(results)} run(s) ({modes}) in {total:.0f}s, "
         f"seeds {', '.join(str(r.seed) for r in results)}",
@@ -122,6 +124,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=LONG_CHAOS_S,
         help="how long each run kills processes before checking",
     )
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        metavar="FILE",
+        help="a TOML file whose [catalog] table names the Iceberg catalog (default: a Hadoop "
+        "catalog in each run's home); each run names it crash_<seed>, so runs do not share "
+        "tables",
+    )
     parser.add_argument("--workdir", type=Path, help="keep each run's home and logs here")
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
     args = parser.parse_args(argv)
@@ -132,7 +142,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[RunResult] = []
     while not results or time.monotonic() < deadline:
         mode = modes[len(results) % len(modes)]
-        plan = RunPlan(coordinator=mode, seed=seed + len(results), chaos_s=args.chaos_seconds)
+        plan = RunPlan(
+            coordinator=mode,
+            seed=seed + len(results),
+            chaos_s=args.chaos_seconds,
+            catalog=(
+                {**catalog_table(args.catalog), "name": f"crash_{seed + len(results)}"}
+                if args.catalog
+                else None
+            ),
+        )
         result = run_once(plan, args.workdir)
         results.append(result)
         print(summary([result]), flush=True)

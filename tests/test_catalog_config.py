@@ -1,0 +1,268 @@
+"""The Iceberg catalog configuration (no Spark): a home's lockstep.toml, the translation of
+Iceberg's properties for Spark and pyiceberg, errors that name the key, a real pyiceberg
+SQL catalog read through Lockstep, and the service naming its catalog to its clients."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from service_fixtures import ADMIN_TOKEN, running
+
+import lockstep
+from lockstep.barrier.iceberg import catalog as catalog_module
+from lockstep.barrier.iceberg.catalog import IcebergCatalog
+from lockstep.barrier.iceberg.tables import IcebergTables
+from lockstep.barrier.runtime.spark_session import SparkConfig
+from lockstep.cli.run import _fresh_home
+from lockstep.config import LockstepConfig, settings_text
+from lockstep.errors import CatalogError, ConfigurationError
+
+JDBC_TOML = """
+[catalog]
+name = "lake"
+type = "jdbc"
+uri = "jdbc:postgresql://db.example:5432/lake?sslmode=require"
+jdbc.user = "etl"
+jdbc.password = "${LAKE_PASSWORD}"
+warehouse = "s3://lake/warehouse"
+s3.endpoint = "http://minio:9000"
+io-impl = "org.apache.iceberg.aws.s3.S3FileIO"
+
+[spark]
+master = "spark://spark-master:7077"
+jars = ["/opt/jars/iceberg-aws-bundle.jar"]
+conf = { "spark.executor.memory" = "4g" }
+"""
+
+
+def _home(tmp_path: Path, text: str) -> Path:
+    home = tmp_path / "home"
+    home.mkdir(parents=True)
+    (home / "lockstep.toml").write_text(text)
+    return home
+
+
+def test_a_home_without_lockstep_toml_uses_a_hadoop_catalog_in_its_warehouse(
+    tmp_path: Path,
+) -> None:
+    config = LockstepConfig.from_target(tmp_path / "h")
+    assert config.catalog is not None
+    assert config.catalog.properties == {
+        "type": "hadoop",
+        "warehouse": (tmp_path / "h" / "warehouse").as_uri(),
+    }
+    assert config.catalog.local_warehouse == tmp_path / "h" / "warehouse"
+    assert config.catalog.load() is None  # readers open the table's own metadata files
+    settings = config.catalog.spark_settings()
+    assert settings["spark.sql.catalog.lockstep.type"] == "hadoop"
+    assert settings["spark.sql.catalog.lockstep.cache-enabled"] == "false"
+
+
+def test_lockstep_toml_names_a_jdbc_catalog_for_spark_and_pyiceberg(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAKE_PASSWORD", "p@ss/word")
+    config = LockstepConfig.from_target(_home(tmp_path, JDBC_TOML))
+    catalog = config.catalog
+    assert catalog is not None
+    assert catalog.name == "lake"
+    spark = catalog.spark_settings()
+    assert spark["spark.sql.catalog.lake"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert spark["spark.sql.catalog.lake.type"] == "jdbc"
+    assert spark["spark.sql.catalog.lake.jdbc.user"] == "etl"  # a TOML dotted key, flattened
+    assert spark["spark.sql.catalog.lake.jdbc.password"] == "p@ss/word"  # ${VAR} expanded
+    assert spark["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    python = catalog.python_properties()
+    assert python == {
+        "type": "sql",
+        "uri": "postgresql+psycopg://etl:p%40ss%2Fword@db.example:5432/lake?sslmode=require",
+        "warehouse": "s3://lake/warehouse",
+        "s3.endpoint": "http://minio:9000",
+    }
+    assert config.spark.master == "spark://spark-master:7077"
+    assert config.spark.conf == {"spark.executor.memory": "4g"}
+    assert config.prepare() is None
+    assert not (tmp_path / "home" / "warehouse").exists()
+    # the password shows nowhere a log would print it
+    assert "p@ss" not in repr(catalog)
+    assert "p@ss" not in repr(config)
+    assert "***" in IcebergCatalog("x", {"type": "rest", "uri": "http://u:secret@h/"}).describe()
+
+
+def test_spark_gets_the_driver_jar_for_a_postgresql_jdbc_catalog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = tmp_path / "iceberg-runtime.jar"
+    driver = tmp_path / "postgresql.jar"
+    runtime.write_bytes(b"jar")
+    driver.write_bytes(b"jar")
+    catalog = IcebergCatalog.from_mapping(
+        {"type": "jdbc", "uri": "jdbc:postgresql://h/db", "warehouse": "file:///w"}
+    )
+    monkeypatch.setattr(catalog_module, "DEBIAN_POSTGRESQL_JAR", driver)
+    extra = {"spark.jars": str(runtime)}
+    settings = SparkConfig(catalog, extra=extra).settings()
+    assert settings["spark.jars"] == f"{runtime},{driver}"
+    # a driver the user configured is not added twice
+    assert SparkConfig(catalog, jars=(str(driver),), extra=extra).settings()["spark.jars"] == (
+        f"{runtime},{driver}"
+    )
+    monkeypatch.setattr(catalog_module, "DEBIAN_POSTGRESQL_JAR", tmp_path / "missing.jar")
+    with pytest.raises(ConfigurationError, match="libpostgresql-jdbc-java"):
+        SparkConfig(catalog, extra=extra).settings()
+    with pytest.raises(ConfigurationError, match=r"spark jar /nope.jar does not exist"):
+        SparkConfig(
+            IcebergCatalog.hadoop("x", tmp_path), jars=("/nope.jar",), extra=extra
+        ).settings()
+
+
+@pytest.mark.parametrize(
+    ("mapping", "message"),
+    [
+        ({"uri": "x"}, "catalog.type is missing"),
+        ({"type": "nessie"}, "catalog.type = 'nessie'"),
+        ({"type": "jdbc", "warehouse": "file:///w"}, "catalog.uri is missing"),
+        ({"type": "hadoop"}, "catalog.warehouse is missing"),
+        ({"type": "rest", "uri": "http://h", "name": "my-lake"}, "catalog name 'my-lake'"),
+        ({"type": "rest", "uri": "http://h", "token": "${NOT_SET_ANYWHERE}"}, "catalog.token"),
+        ({"type": "rest", "uri": "http://h", "header": {"X": ["a"]}}, "catalog.header.X"),
+    ],
+)
+def test_a_catalog_configuration_lockstep_cannot_use_is_refused_naming_the_key(
+    mapping: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message.replace("$", r"\$")):
+        IcebergCatalog.from_mapping(mapping)
+
+
+@pytest.mark.parametrize(
+    ("mapping", "message"),
+    [
+        ({"type": "jdbc", "uri": "jdbc:mysql://h/db"}, r"catalog.uri jdbc:mysql://h/db"),
+        (
+            {"type": "jdbc", "uri": "jdbc:postgresql://h/db", "jdbc": {"ssl": "true"}},
+            "catalog.jdbc.ssl has no pyiceberg equivalent",
+        ),
+        ({"catalog-impl": "com.example.MyCatalog"}, "catalog.catalog-impl"),
+    ],
+)
+def test_a_property_pyiceberg_cannot_take_is_a_catalog_error_naming_it(
+    mapping: dict[str, Any], message: str
+) -> None:
+    catalog = IcebergCatalog.from_mapping(mapping)
+    catalog.spark_settings()  # Spark takes every property as it is
+    with pytest.raises(CatalogError, match=message):
+        catalog.python_properties()
+
+
+def test_per_engine_overrides_cover_what_the_translation_does_not() -> None:
+    catalog = IcebergCatalog.from_mapping(
+        {
+            "type": "jdbc",
+            "uri": "jdbc:mysql://h/db",
+            "spark": {"jdbc.useSSL": "false"},
+            "python": {"uri": "mysql+pymysql://h/db"},
+        }
+    )
+    assert catalog.python_properties()["uri"] == "mysql+pymysql://h/db"
+    assert catalog.spark_settings()["spark.sql.catalog.lockstep.jdbc.useSSL"] == "false"
+    assert IcebergCatalog.from_mapping(catalog.as_dict()).python_properties() == (
+        catalog.python_properties()
+    )
+
+
+def test_bad_lockstep_toml_is_refused_naming_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="unknown table or key 'catalgo'"):
+        LockstepConfig.from_target(_home(tmp_path / "a", '[catalgo]\ntype = "jdbc"\n'))
+    with pytest.raises(ConfigurationError, match=r"spark.executors: Extra inputs"):
+        LockstepConfig.from_target(_home(tmp_path / "b", "[spark]\nexecutors = 4\n"))
+    with pytest.raises(ConfigurationError, match="cannot read"):
+        LockstepConfig.from_target(_home(tmp_path / "c", "[catalog\n"))
+    with pytest.raises(ConfigurationError, match="not both"):
+        lockstep.connect("sqlite://", catalog={"type": "rest", "uri": "x"}, warehouse="/w")
+
+
+def _sql_catalog(tmp_path: Path) -> IcebergCatalog:
+    """A real pyiceberg SQL catalog on a SQLite file (Iceberg's JDBC catalog schema)."""
+    return IcebergCatalog.from_mapping(
+        {
+            "name": "lake",
+            "type": "jdbc",
+            "uri": f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
+            "warehouse": (tmp_path / "wh").as_uri(),
+        }
+    )
+
+
+def test_readers_go_through_the_catalog_and_say_what_is_missing(tmp_path: Path) -> None:
+    (tmp_path / "wh").mkdir()
+    config = _sql_catalog(tmp_path)
+    pyiceberg_catalog = config.load()
+    assert pyiceberg_catalog is not None
+    assert config.load() is pyiceberg_catalog  # loaded once per process
+    pyiceberg_catalog.create_namespace("default")
+    data = pa.table({"user_id": ["u1", "u2"], "amount": [3, 4]})
+    table = pyiceberg_catalog.create_table("default.orders", schema=data.schema)
+    table.append(data, snapshot_properties={"lockstep.barrier": "1"})
+    first = table.current_snapshot()
+    assert first is not None
+    table.append(data.slice(0, 1), snapshot_properties={"lockstep.barrier": "2"})
+
+    tables = IcebergTables(config)
+    assert tables.table_exists("orders")
+    assert not tables.table_exists("shop.nothing")
+    assert tables.arrow_at("orders", first.snapshot_id).num_rows == 2
+    assert tables.arrow_at("orders", first.snapshot_id, row_filter="amount > 3").num_rows == 1
+    assert tables.arrow_at("orders", None).num_rows == 0
+    with pytest.raises(CatalogError, match=r"'shop.nothing' \(shop.nothing\) is not in the jdbc"):
+        tables.load("shop.nothing")
+    with pytest.raises(CatalogError, match="local table directories"):
+        tables.location("orders")  # only a Hadoop catalog has them
+
+
+def test_an_unreachable_catalog_is_a_catalog_error(tmp_path: Path) -> None:
+    unreachable = IcebergCatalog.from_mapping(
+        {"type": "jdbc", "uri": "jdbc:postgresql://127.0.0.1:9/nowhere", "jdbc.user": "x"}
+    )
+    with pytest.raises(CatalogError, match=r"cannot .* jdbc catalog 'lockstep'"):
+        IcebergTables(unreachable).table_exists("orders")
+
+
+def test_the_service_names_its_catalog_and_clients_need_only_its_url(tmp_path: Path) -> None:
+    from lockstep.service.app import create_app
+    from lockstep.service.auth import load_tokens
+    from lockstep.service.settings import ServiceSettings
+
+    (tmp_path / "wh").mkdir()
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"admin {ADMIN_TOKEN}\n")
+    config = _sql_catalog(tmp_path)
+    service_file = tmp_path / "service.toml"
+    service_file.write_text(settings_text({"catalog": config.as_dict()}))
+    settings = ServiceSettings.load(service_file)
+    assert settings.catalog == config.as_dict()
+    with lockstep.connect("sqlite://") as embedded:
+        app = create_app(embedded.store, tokens=load_tokens(tokens), catalog=settings.catalog)
+        with running(app) as url, lockstep.connect(url, token=ADMIN_TOKEN) as ls:
+            assert ls.iceberg.catalog.python_properties() == config.python_properties()
+            assert not ls.iceberg.table_exists("orders")
+        bare = create_app(embedded.store, tokens=load_tokens(tokens))
+        with running(bare) as url, lockstep.connect(url, token=ADMIN_TOKEN) as ls:
+            assert ls.catalog is None
+            with pytest.raises(ConfigurationError, match=r"give the service a \[catalog\]"):
+                _ = ls.iceberg
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[catalog]\ntype = "jdbc"\n')
+    with pytest.raises(ConfigurationError, match=r"catalog.uri is missing"):
+        ServiceSettings.load(bad)
+
+
+def test_the_demo_takes_a_home_that_holds_only_its_lockstep_toml(tmp_path: Path) -> None:
+    home = _home(tmp_path, JDBC_TOML)
+    assert _fresh_home(str(home)) == home
+    (home / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigurationError, match=r"holds more than a lockstep.toml"):
+        _fresh_home(str(home))
