@@ -3,7 +3,7 @@
 A catalog is named by Iceberg's own property names (``type``, ``uri``, ``warehouse``,
 ``jdbc.user``, ``credential``, ``s3.endpoint``...). Lockstep hands those properties to Spark
 as ``spark.sql.catalog.<name>.<property>`` and to pyiceberg's ``load_catalog``, translating
-the few that differ between the two (DESIGN §9):
+the few that differ between the two (DESIGN §10):
 
 - ``type = "jdbc"``: Spark's ``jdbc:postgresql://HOST/DB`` (+ ``jdbc.user``/``jdbc.password``)
   is pyiceberg's SQL catalog on ``postgresql+psycopg://USER:PASSWORD@HOST/DB``, and
