@@ -264,5 +264,5 @@ def test_the_demo_takes_a_home_that_holds_only_its_lockstep_toml(tmp_path: Path)
     home = _home(tmp_path, JDBC_TOML)
     assert _fresh_home(str(home)) == home
     (home / "notes.txt").write_text("mine")
-    with pytest.raises(ConfigurationError, match=r"holds more than a lockstep.toml"):
+    with pytest.raises(ConfigurationError, match=r"not an empty directory \(a lockstep.toml alone"):
         _fresh_home(str(home))

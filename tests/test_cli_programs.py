@@ -137,12 +137,14 @@ def test_load_job_takes_a_job_or_a_factory(job_module: str) -> None:
         ("{m}:nope", "has no 'nope'; jobs it defines: a_job"),
         ("{m}:NOT_A_JOB", "is a int, not a lockstep Job"),
         ("{m}:needs_arguments", "takes arguments; name a Job, or a callable that needs none"),
+        ("{m}:*", "runs the module's JOBS, a list of Jobs (upstream first), which"),
+        ("lockstep.examples.shopping:* {m}:a_job {m}:make_job", "'from_factory' is named twice"),
     ],
 )
 def test_run_refuses_a_bad_job_reference_before_starting_anything(
     cli: Any, home: str, job_module: str, reference: str, message: str
 ) -> None:
-    run = cli("run", reference.format(m=job_module))
+    run = cli("run", *reference.format(m=job_module).split())
     assert run.code == 2
     assert run.err.startswith("error: ")
     assert message in run.err

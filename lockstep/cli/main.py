@@ -35,13 +35,13 @@ from lockstep.cli.format import (
     resolve_rows,
     table_row,
 )
+from lockstep.cli.jobs import load_job
 from lockstep.cli.ops import add_ops_commands
 from lockstep.cli.run import (
     cmd_demo,
     cmd_run,
     cmd_serve,
     cmd_walkthrough,
-    load_job,
     stop_on_signals,
 )
 from lockstep.cli.target import add_catalog_options, add_client_options, connect_args, explain
@@ -364,8 +364,14 @@ def _add_run_commands(sub: Any, cmds: _Commands) -> None:
         "--barriers", type=_int_at_least(MIN_BARRIERS), default=DEFAULT_WALKTHROUGH_BARRIERS
     )
     run = cmds.add_plain(sub, "run", cmd_run)
-    run.add_argument("job", metavar="MODULE:JOB", help="e.g. lockstep.examples.shopping:sum_price")
-    run.add_argument("--barriers", type=_int_at_least(1), metavar="N", help="stop after N")
+    run.add_argument(
+        "jobs",
+        nargs="+",
+        metavar="MODULE:JOB",
+        help="e.g. lockstep.examples.shopping:sum_price; several share one Spark driver "
+        "(upstream first); MODULE:* is the module's JOBS",
+    )
+    run.add_argument("--barriers", type=_int_at_least(1), metavar="N", help="stop after N each")
     run.add_argument(
         "--until-idle", action="store_true", help="stop when no barrier is available to the job"
     )

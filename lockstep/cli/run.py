@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
-import os
 import signal
 import sys
 import tempfile
@@ -14,15 +11,13 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lockstep.cli.format import Output, demo_summary_text
-from lockstep.errors import ConfigurationError, LockstepError
+from lockstep.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from types import FrameType
-
-    from lockstep.barrier.runtime.runner import Job
 
 
 def _quiet(_: str) -> None:
@@ -30,91 +25,54 @@ def _quiet(_: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> Output:
-    """Run one job (MODULE:JOB) in this process until stopped; Ctrl-C stops between barriers."""
+    """Run jobs (MODULE:JOB ..., or MODULE:* for a module's JOBS) in this process until
+    stopped, on one Spark driver; Ctrl-C stops between barriers."""
     from lockstep.barrier.runtime.runner import JobRunner
+    from lockstep.cli.jobs import load_jobs, run_jobs
     from lockstep.cli.target import connect_args
 
-    job = load_job(args.job)  # before Spark starts: a typo fails in a second
+    jobs = load_jobs(args.jobs)  # before Spark starts: a typo fails in a second
     progress: Callable[[str], None] = _quiet if args.json else print
     with connect_args(args) as ls:
         spark = ls.spark(**({"master": args.master} if args.master else {}))
-        runner = JobRunner(ls.store, job, spark, ls.iceberg, progress=progress)
+        # one driver: each job its own session (its own staging-branch setting), one JVM
+        runners = [
+            JobRunner(
+                ls.store,
+                job,
+                spark if len(jobs) == 1 else spark.newSession(),
+                ls.iceberg,
+                progress=progress,
+            )
+            for job in jobs
+        ]
         # after Spark starts: PySpark's own SIGINT handler would cancel the running Spark job
         with stop_on_signals("stopping after the current barrier") as stop:
-            runner.start()
-            progress(
-                f"job {job.job_id} attached (fencing token {runner.session.token}); "
-                "processing barriers as they come, Ctrl-C stops between two"
+            for runner in runners:  # in the order given: upstream first
+                runner.start()
+                progress(
+                    f"job {runner.job.job_id} attached (fencing token {runner.session.token}); "
+                    "processing barriers as they come, Ctrl-C stops between two"
+                )
+            done = run_jobs(
+                runners, stop=stop, max_barriers=args.barriers, until_idle=args.until_idle
             )
-            done = runner.run(max_barriers=args.barriers, stop=stop, until_idle=args.until_idle)
         spark.stop()
-        last = next((t.latest_written for t in ls.tables() if t.table == job.sinks[0]), None)
-    data = {
-        "job_id": job.job_id,
-        "barriers_processed": done,
-        "last_written": last,
-        "stopped_by_signal": stop.is_set(),
-    }
+        written = {t.table: t.latest_written for t in ls.tables()}
+    results = [
+        {
+            "job_id": job.job_id,
+            "barriers_processed": done[job.job_id],
+            "last_written": written.get(job.sinks[0]),
+            "stopped_by_signal": stop.is_set(),
+        }
+        for job in jobs
+    ]
     why = " (stopped by a signal)" if stop.is_set() else ""
-    return Output(data, f"job {job.job_id}: processed {done} barrier(s){why}")
-
-
-def load_job(reference: str) -> Job:
-    """The :class:`Job` named by ``module:attribute`` (a Job, or a zero-argument callable
-    returning one).
-
-    >>> load_job("lockstep.examples.shopping:sum_price").sinks
-    ['user_item_price']
-    """
-    from lockstep.barrier.runtime.runner import Job
-
-    module_name, _, attribute = reference.partition(":")
-    if not module_name or not attribute:
-        raise LockstepError(
-            f"expected MODULE:JOB, e.g. lockstep.examples.shopping:load_shopping; got {reference!r}"
-        )
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as `python -m` does: a module in this folder
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise LockstepError(
-            f"cannot import module {module_name!r}: {e} (looked in the current folder and "
-            "on the Python path; run from the module's folder or set PYTHONPATH)"
-        ) from e
-    target: Any = module
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            jobs = sorted(n for n, v in vars(module).items() if isinstance(v, Job))
-            raise LockstepError(
-                f"module {module_name!r} has no {attribute!r}; jobs it defines: "
-                f"{', '.join(jobs) or '(none)'}"
-            )
-        target = getattr(target, part)
-    job = _call_factory(reference, target) if callable(target) else target
-    if not isinstance(job, Job):
-        raise LockstepError(
-            f"{reference} is a {type(job).__name__}, not a lockstep Job (or a zero-argument "
-            "callable returning one)"
-        )
-    return job
-
-
-def _call_factory(reference: str, factory: Any) -> Any:
-    """Call a job factory, refusing one that needs arguments (rather than a TypeError)."""
-    from lockstep.barrier.runtime.runner import Job
-
-    if isinstance(factory, Job):  # a frozen dataclass instance is not callable, but be safe
-        return factory
-    try:
-        inspect.signature(factory).bind()
-    except TypeError:
-        raise LockstepError(
-            f"{reference} takes arguments; name a Job, or a callable that needs none"
-        ) from None
-    except ValueError:
-        pass  # no signature to check (a builtin): just call it
-    return factory()
+    text = "\n".join(
+        f"job {r['job_id']}: processed {r['barriers_processed']} barrier(s){why}" for r in results
+    )
+    return Output(results[0] if len(results) == 1 else results, text)
 
 
 @contextmanager
@@ -179,12 +137,11 @@ def _fresh_home(target: str | None) -> Path:
 
     home = Path(target).expanduser().resolve()
     # a home holding only its lockstep.toml (a catalog, Spark settings) counts as new
-    if home.exists() and (
-        not home.is_dir() or any(p.name != CONFIG_FILE for p in home.iterdir())
-    ):
+    if home.exists() and (not home.is_dir() or any(p.name != CONFIG_FILE for p in home.iterdir())):
         raise ConfigurationError(
-            f"refusing to run the demo in {home}: it holds more than a {CONFIG_FILE}; name "
-            "a new or empty one, or omit --home to use a temporary one"
+            f"refusing to run the demo in {home}: it is not an empty directory (a "
+            f"{CONFIG_FILE} alone may be there); name a new or empty one, or omit --home to "
+            "use a temporary one"
         )
     return home
 
