@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lockstep.cli.main import main
-from lockstep.cli.run import load_job
+from lockstep.cli.jobs import load_job
 
 
 def tables(url: str, *options: str) -> list[str]:
