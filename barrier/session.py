@@ -81,6 +81,10 @@ class JobSession:
         """This instance's fencing token."""
         return self.instance.token
 
+    def heartbeat(self) -> None:
+        """Tell the coordinator this instance is alive (:class:`FencedError` if fenced)."""
+        self._store.heartbeat(self.job_id, self.token)
+
     def next_barrier(self) -> Barrier | None:
         """The barrier to work on now, or None if none is available yet."""
         return self._store.next_barrier(self.job_id, self.token)

@@ -171,6 +171,10 @@ class RemoteMetadataStore(MetadataStore):
         result: JobInstance = self._json("POST", path, JobInstance, idempotent=False)
         return result
 
+    def heartbeat(self, job_id: str, token: int) -> None:
+        path = f"/v1/jobs/{job_id}/heartbeat"
+        self._call("POST", path, idempotent=True, json={"token": token})
+
     def next_barrier(self, job_id: str, token: int) -> Barrier | None:
         path = f"/v1/jobs/{job_id}/next-barrier"
         result: Barrier | None = self._json(

@@ -56,7 +56,9 @@ INPUTS: dict[str, pa.Schema] = {
         ("processed_at", INT),
         ("written_at", INT),
     ),
-    "ls_job_instance": _schema(("job_id", TEXT), ("token", INT), ("attached_at", INT)),
+    "ls_job_instance": _schema(
+        ("job_id", TEXT), ("token", INT), ("attached_at", INT), ("seen_at", INT)
+    ),
     "ls_job_sink": _schema(("table_name", TEXT), ("job_id", TEXT), ("position", INT)),
     "ls_job_source": _schema(("job_id", TEXT), ("table_name", TEXT), ("position", INT)),
     "ls_leader": _schema(("name", TEXT), ("holder", TEXT), ("expires_at", INT)),

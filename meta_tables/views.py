@@ -104,8 +104,9 @@ VIEWS: tuple[MetaView, ...] = (
     ),
     MetaView(
         "__META_JOB",
-        "Every registered job: type, fencing token, newest written barrier.",
-        ("ls_job", "ls_job_source", "ls_job_barrier"),
+        "Every registered job: type, fencing token, newest written barrier, and when its "
+        "current instance last reported a heartbeat (NULL: never attached).",
+        ("ls_job", "ls_job_source", "ls_job_barrier", "ls_job_instance"),
         f"""
         SELECT j.job_id,
                CASE WHEN EXISTS (SELECT 1 FROM ls_job_source s WHERE s.job_id = j.job_id)
@@ -114,7 +115,9 @@ VIEWS: tuple[MetaView, ...] = (
                {_ts("j.registered_at")} AS registered_at,
                (SELECT max(barrier_id) FROM ls_job_barrier p
                  WHERE p.job_id = j.job_id AND p.written_at IS NOT NULL) AS last_written,
-               j.external_sources
+               j.external_sources,
+               (SELECT {_ts("max(i.seen_at)")} FROM ls_job_instance i
+                 WHERE i.job_id = j.job_id AND i.token = j.current_token) AS instance_seen_at
         FROM ls_job j
         """,
         keys={
@@ -122,6 +125,7 @@ VIEWS: tuple[MetaView, ...] = (
                 Target("ls_job", "job_id"),
                 Target("ls_job_source", "job_id"),
                 Target("ls_job_barrier", "job_id"),
+                Target("ls_job_instance", "job_id"),
             )
         },
     ),

@@ -70,7 +70,7 @@ def test_newer_store_is_refused(tmp_path: Path) -> None:
         migrations.migrate(engine)
 
 
-def test_a_version_1_store_gains_the_operations_tables(tmp_path: Path) -> None:
+def test_a_version_1_store_gains_the_operations_tables_and_heartbeats(tmp_path: Path) -> None:
     from sqlalchemy import insert, inspect
 
     from lockstep.meta_tables.store.sql.schema import Base, SchemaVersionRow
@@ -80,11 +80,19 @@ def test_a_version_1_store_gains_the_operations_tables(tmp_path: Path) -> None:
     engine = create_store_engine(url)
     v2_tables = {"ls_revision", "ls_revised_version", "ls_retention"}
     with engine.begin() as connection:  # the schema as release 1 created it
+        later = {*v2_tables, "ls_job_instance"}
         Base.metadata.create_all(
-            connection, tables=[t for n, t in Base.metadata.tables.items() if n not in v2_tables]
+            connection, tables=[t for n, t in Base.metadata.tables.items() if n not in later]
+        )
+        connection.execute(  # before version 3: no heartbeat column
+            text(
+                "CREATE TABLE ls_job_instance (job_id VARCHAR(200) NOT NULL, token BIGINT NOT "
+                "NULL, attached_at BIGINT NOT NULL, PRIMARY KEY (job_id, token))"
+            )
         )
         connection.execute(insert(SchemaVersionRow).values(version=1, applied_at=_EPOCH))
         connection.execute(text("INSERT INTO ls_barrier (barrier_id, ts) VALUES (1, 0)"))
+        connection.execute(text("INSERT INTO ls_job_instance VALUES ('j', 1, 0)"))
     engine.dispose()
 
     store = SqlMetadataStore.open(url)
@@ -92,5 +100,7 @@ def test_a_version_1_store_gains_the_operations_tables(tmp_path: Path) -> None:
     assert store.list_barriers()[0].barrier_id == 1  # data kept
     assert store.revisions() == []
     with store.engine.connect() as connection:
-        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 2
+        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 3
+        kept = connection.execute(text("SELECT job_id, token, seen_at FROM ls_job_instance"))
+        assert kept.all() == [("j", 1, None)]  # the instance kept, never seen since
     store.close()

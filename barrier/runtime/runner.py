@@ -33,6 +33,7 @@ from lockstep.barrier.iceberg.tables import (
 from lockstep.barrier.model import Barrier
 from lockstep.barrier.ports import JobRuntimeStore
 from lockstep.barrier.runtime.context import BarrierContext
+from lockstep.barrier.runtime.heartbeat import HEARTBEAT_S, Heartbeat
 from lockstep.barrier.session import JobSession
 from lockstep.barrier.sources.base import AfterWritten, RootSource
 from lockstep.errors import LockstepError
@@ -90,11 +91,13 @@ class JobRunner:
         tables: IcebergTables,
         *,
         progress: Progress | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
         self.store = store
         self.job = job
         self.spark = spark
         self.tables = tables
+        self.heartbeat_s = heartbeat_s
         self._progress = progress or (lambda _message: None)
         self._session: JobSession | None = None
         self._interrupted = False  # a barrier failed part-way; recover before going on
@@ -189,6 +192,7 @@ class JobRunner:
         while waiting for the next one), or, with ``until_idle``, as soon as no barrier is
         available to the job. While waiting, it asks every ``poll_s``, and at once when a job
         of this process reports WRITTEN (which may have made its next barrier available).
+        Meanwhile the instance reports a heartbeat every ``heartbeat_s``.
         """
         if self._session is None:
             self.start()
@@ -198,8 +202,13 @@ class JobRunner:
             # than stage a pre-committed barrier again (the coordinator refuses that)
             self.recover()
             self._interrupted = False
+        with Heartbeat(self.session, self.heartbeat_s):
+            return self._loop(max_barriers, stop or threading.Event(), until_idle, poll_s)
+
+    def _loop(
+        self, max_barriers: int | None, stop: threading.Event, until_idle: bool, poll_s: float
+    ) -> int:
         done = 0
-        stop = stop or threading.Event()
         while max_barriers is None or done < max_barriers:
             seen = self.session.reports_seen()
             barrier = self.session.next_barrier()

@@ -208,6 +208,11 @@ def _add_job_protocol(app: FastAPI, store: MetadataStore) -> None:
     def attach(job_id: str, _: Admin) -> Any:
         return wire.dump(store.attach(job_id), JobInstance)
 
+    @app.post("/v1/jobs/{job_id}/heartbeat")
+    def heartbeat(job_id: str, body: TokenIn, _: Admin) -> dict[str, str]:
+        store.heartbeat(job_id, body.token)
+        return {"status": "ok"}
+
     @app.post("/v1/jobs/{job_id}/next-barrier")
     def next_barrier(job_id: str, body: TokenIn, _: Admin) -> Any:
         return wire.dump(store.next_barrier(job_id, body.token), Barrier | None)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 import networkx as nx
 
+from lockstep.barrier.runtime.heartbeat import LIVE_WITHIN_S
 from lockstep.meta_tables.store.base import MetadataStore
 
 NODE_W, NODE_H, GAP_X, GAP_Y = 190, 46, 70, 24
@@ -33,18 +35,15 @@ def collect_status(store: MetadataStore) -> Status:
     ).to_pylist()
     jobs = store.query_meta(
         """
-        SELECT j.job_id, j.job_type, j.fencing_token, j.last_written,
+        SELECT j.job_id, j.job_type, j.fencing_token, j.last_written, j.instance_seen_at,
                (SELECT max(barrier_id) FROM __META_JOB_BARRIER p
                  WHERE p.job_id = j.job_id AND p.written_at IS NULL) AS in_flight
         FROM __META_JOB j ORDER BY j.job_id
         """
     ).to_pylist()
+    now = store.now()
     for job in jobs:
-        job["state"] = (
-            f"working on barrier {job['in_flight']}"
-            if job["in_flight"] is not None
-            else "waiting for its next barrier"
-        )
+        job["state"] = job_state(job["instance_seen_at"], job["in_flight"], now)
     edges = [
         (f"table:{e['table_name']}", f"job:{e['job_id']}")
         for e in store.query_meta("SELECT * FROM __META_JOB_SOURCE").to_pylist()
@@ -54,6 +53,29 @@ def collect_status(store: MetadataStore) -> Status:
     ]
     barriers = store.list_barriers(limit=1)
     return Status(barriers[0].barrier_id if barriers else None, tables, jobs, edges)
+
+
+def job_state(seen_at: datetime | None, in_flight: int | None, now: datetime) -> str:
+    """What a job is doing, for people: a job whose instance has not reported a heartbeat
+    lately is not running, whatever it was doing when it stopped.
+
+    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    >>> job_state(t, None, t), job_state(t, 7, t), job_state(None, None, t)
+    ('waiting for its next barrier', 'working on barrier 7', 'not running')
+    >>> job_state(t, 7, t.replace(minute=5))  # five minutes later
+    'not running (barrier 7 unfinished; last seen 300 s ago)'
+    """
+    if seen_at is not None and seen_at.tzinfo is None:
+        seen_at = seen_at.replace(tzinfo=timezone.utc)
+    if seen_at is None or (now - seen_at).total_seconds() > LIVE_WITHIN_S:
+        if seen_at is None:
+            return "not running"
+        ago = f"last seen {(now - seen_at).total_seconds():.0f} s ago"
+        unfinished = f"barrier {in_flight} unfinished; " if in_flight is not None else ""
+        return f"not running ({unfinished}{ago})"
+    if in_flight is not None:
+        return f"working on barrier {in_flight}"
+    return "waiting for its next barrier"
 
 
 def _layout(status: Status) -> dict[str, tuple[int, int]]:

@@ -80,6 +80,11 @@ class MetadataStore(abc.ABC):
         """Start a new instance of a job with a fresh fencing token (fences older ones)."""
 
     @abc.abstractmethod
+    def heartbeat(self, job_id: str, token: int) -> None:
+        """The instance is alive (its runner calls this every few seconds, working or
+        waiting); :class:`FencedError` if a newer instance took over."""
+
+    @abc.abstractmethod
     def next_barrier(self, job_id: str, token: int) -> Barrier | None:
         """The barrier the job should work on now (None if none is available yet).
 

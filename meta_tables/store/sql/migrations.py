@@ -20,7 +20,7 @@ from lockstep.meta_tables.store.sql.schema import Base, SchemaVersionRow
 
 MigrationStep = Callable[[Connection], None]
 
-CURRENT_VERSION = 2
+CURRENT_VERSION = 3
 _PG_MIGRATION_LOCK = 0x4C6F636B  # advisory lock key: one migrating process at a time
 
 
@@ -35,8 +35,16 @@ def _add_operations_tables(connection: Connection) -> None:
 
 _V2_TABLES = ("ls_revision", "ls_revised_version", "ls_retention")
 
+
+def _add_instance_heartbeat(connection: Connection) -> None:
+    """Version 3: each job instance's last heartbeat (``ls_job_instance.seen_at``)."""
+    columns = {c["name"] for c in inspect(connection).get_columns("ls_job_instance")}
+    if "seen_at" not in columns:
+        connection.execute(text("ALTER TABLE ls_job_instance ADD COLUMN seen_at BIGINT"))
+
+
 # STEPS[v] upgrades a store from version v-1 to version v. Version 1 is the first release.
-STEPS: dict[int, MigrationStep] = {2: _add_operations_tables}
+STEPS: dict[int, MigrationStep] = {2: _add_operations_tables, 3: _add_instance_heartbeat}
 
 
 def stored_version(connection: Connection) -> int | None:

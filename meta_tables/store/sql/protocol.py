@@ -81,8 +81,19 @@ def attach(s: Session, job_id: str, now: datetime) -> JobInstance:
     job = lock_job(s, job_id)
     revision.check_not_revising(s, job_id)
     job.current_token += 1
-    s.add(JobInstanceRow(job_id=job_id, token=job.current_token, attached_at=now))
+    s.add(JobInstanceRow(job_id=job_id, token=job.current_token, attached_at=now, seen_at=now))
     return JobInstance(job_id, job.current_token, now)
+
+
+def heartbeat(s: Session, job_id: str, token: int, now: datetime) -> None:
+    """The instance is alive: record when (a fenced instance is told so)."""
+    job = load_job(s, job_id, lock=False)
+    protocol.check_token(job_id, token, job.current_token)
+    s.execute(
+        update(JobInstanceRow)
+        .where(JobInstanceRow.job_id == job_id, JobInstanceRow.token == token)
+        .values(seen_at=now)
+    )
 
 
 # -- the job's next barrier ---------------------------------------------------------------

@@ -168,6 +168,8 @@ class JobInstanceRow(Base):
     job_id: Mapped[str] = mapped_column(String(200), primary_key=True)
     token: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     attached_at: Mapped[datetime] = mapped_column(UtcMicros)
+    # the instance's last heartbeat (its runner is alive); schema version 3
+    seen_at: Mapped[datetime | None] = mapped_column(UtcMicros, nullable=True)
 
 
 class LeaseRow(Base):

@@ -169,6 +169,9 @@ class SqlMetadataStore(MetadataStore):
     def attach(self, job_id: str) -> JobInstance:
         return self._write(lambda s: protocol.attach(s, job_id, self._clock()))
 
+    def heartbeat(self, job_id: str, token: int) -> None:
+        self._write(lambda s: protocol.heartbeat(s, job_id, token, self._clock()))
+
     def next_barrier(self, job_id: str, token: int) -> Barrier | None:
         # Polling is a read; only the first time a barrier is handed out is its start written.
         barrier, needs_start = self._read(lambda s: protocol.find_next_barrier(s, job_id, token))
