@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.cli.main import main
 from lockstep.cli.jobs import load_job
+from lockstep.cli.main import main
 
 
 def tables(url: str, *options: str) -> list[str]:
