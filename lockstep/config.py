@@ -93,6 +93,10 @@ class LockstepConfig(BaseModel):
             catalog = IcebergCatalog.from_mapping(catalog)
         return self.model_copy(update={"catalog": catalog})
 
+    def with_spark(self, spark: Mapping[str, Any]) -> LockstepConfig:
+        """This configuration with other Spark options (a ``[spark]`` table)."""
+        return self.model_copy(update={"spark": spark_options(spark, "spark")})
+
     @property
     def is_remote(self) -> bool:
         """A coordinator service reached over HTTP (not a store opened in-process)."""
@@ -112,18 +116,23 @@ class LockstepConfig(BaseModel):
                 ) from e
 
 
-def read_home_settings(path: Path) -> dict[str, Any]:
-    """The home's ``lockstep.toml`` as a dict (empty if there is none)."""
-    if not path.is_file():
-        return {}
+def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file as a dict, or a :class:`ConfigurationError` saying why not."""
     if sys.version_info < (3, 11):
         raise ConfigurationError(f"reading {path} needs Python 3.11 or newer (tomllib)")
     import tomllib
 
     try:
-        settings = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ConfigurationError(f"cannot read {path}: {e}") from e
+
+
+def read_home_settings(path: Path) -> dict[str, Any]:
+    """The home's ``lockstep.toml`` as a dict (empty if there is none)."""
+    if not path.is_file():
+        return {}
+    settings = read_toml(path)
     unknown = sorted(set(settings) - {"catalog", "spark"})
     if unknown:
         raise ConfigurationError(

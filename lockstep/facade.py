@@ -262,6 +262,7 @@ def connect(
     *,
     token: str | None = None,
     catalog: Mapping[str, Any] | None = None,
+    spark: Mapping[str, Any] | None = None,
     warehouse: str | os.PathLike[str] | None = None,
     timeout_s: float | None = None,
     query_timeout_s: float | None = None,
@@ -273,7 +274,8 @@ def connect(
     coordinator service (``http://host:port``, with its bearer ``token``). ``catalog``
     names the Iceberg catalog with the keys of a home's ``[catalog]`` table (``type``,
     ``uri``, ``warehouse``, ...; docs/deploy.md); ``warehouse`` is short for a Hadoop
-    catalog over that local directory. ``timeout_s`` and
+    catalog over that local directory. ``spark`` (a ``[spark]`` table: ``master``, ``jars``,
+    ``conf``) says how :meth:`Lockstep.spark` starts Spark. ``timeout_s`` and
     ``query_timeout_s`` are the service client's timeouts (see ``RemoteMetadataStore``;
     default 30 s and 300 s), for a service only.
     """
@@ -284,6 +286,8 @@ def connect(
         config = config.with_catalog(catalog)
     elif warehouse is not None:
         config = config.with_catalog(IcebergCatalog.hadoop("lockstep", warehouse))
+    if spark is not None:
+        config = config.with_spark(spark)
     if not config.is_remote:
         config.prepare()
     store = open_store(

@@ -266,3 +266,74 @@ def test_the_demo_takes_a_home_that_holds_only_its_lockstep_toml(tmp_path: Path)
     (home / "notes.txt").write_text("mine")
     with pytest.raises(ConfigurationError, match=r"not an empty directory \(a lockstep.toml alone"):
         _fresh_home(str(home))
+
+
+def test_a_driver_in_spark_jars_is_used_instead_of_debians(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime, mine = tmp_path / "iceberg-runtime.jar", tmp_path / "postgresql-42.7.4.jar"
+    runtime.write_bytes(b"jar")
+    mine.write_bytes(b"jar")
+    monkeypatch.setattr(catalog_module, "DEBIAN_POSTGRESQL_JAR", tmp_path / "missing.jar")
+    catalog = IcebergCatalog.from_mapping({"type": "jdbc", "uri": "jdbc:postgresql://h/db"})
+    settings = SparkConfig(catalog, jars=(str(mine),), extra={"spark.jars": str(runtime)})
+    assert settings.settings()["spark.jars"] == f"{runtime},{mine}"
+
+
+def test_a_python_uri_alone_makes_the_readers_a_sql_catalog() -> None:
+    catalog = IcebergCatalog.from_mapping(
+        {
+            "type": "jdbc",
+            "uri": "jdbc:mysql://h/db",
+            "jdbc.user": "etl",
+            "python": {"uri": "mysql+pymysql://etl@h/db"},
+        }
+    )
+    assert catalog.python_properties() == {"type": "sql", "uri": "mysql+pymysql://etl@h/db"}
+
+
+def test_warehouse_is_a_local_directory_and_a_remote_hadoop_catalog_says_what_to_use(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ConfigurationError, match="is not a local directory"):
+        lockstep.connect("sqlite://", warehouse="s3://lake/warehouse")
+    local = IcebergCatalog.hadoop("x", (tmp_path / "w").as_uri())
+    assert local.local_warehouse == tmp_path / "w"
+    remote = IcebergCatalog.from_mapping({"type": "hadoop", "warehouse": "hdfs://nn/wh"})
+    with pytest.raises(CatalogError, match="reads a Hadoop catalog's tables from a local"):
+        IcebergTables(remote).load("orders")
+
+
+def test_catalog_file_gives_a_url_target_its_catalog_and_spark(tmp_path: Path) -> None:
+    from lockstep.cli.main import build_parser
+    from lockstep.cli.target import connect_args
+
+    settings = tmp_path / "lake.toml"
+    settings.write_text(
+        '[catalog]\ntype = "rest"\nuri = "http://rest:8181"\n\n[spark]\nmaster = "local[1]"\n'
+    )
+    args = build_parser().parse_args(
+        ["--store", "sqlite://", "expire", "--dry-run", "--catalog", str(settings)]
+    )
+    with connect_args(args) as ls:
+        assert ls.iceberg.catalog.type == "rest"
+        assert ls.config.spark.master == "local[1]"
+    only = tmp_path / "nothing.toml"
+    only.write_text('store = "sqlite://"\n')
+    args = build_parser().parse_args(["--store", "sqlite://", "repair", "--catalog", str(only)])
+    with pytest.raises(ConfigurationError, match="neither a \\[catalog\\] table"):
+        connect_args(args)
+
+
+def test_invalid_service_settings_never_echo_a_value(tmp_path: Path) -> None:
+    from lockstep.service.settings import ServiceSettings
+
+    bad = tmp_path / "service.toml"
+    bad.write_text(
+        'port = "not-a-port-hunter2"\n[catalog]\ntype = "jdbc"\njdbc.password = "hunter2"\n'
+    )
+    with pytest.raises(ConfigurationError) as e:
+        ServiceSettings.load(bad)
+    assert "port:" in str(e.value)
+    assert "catalog:" in str(e.value)
+    assert "hunter2" not in str(e.value)

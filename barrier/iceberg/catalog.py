@@ -30,7 +30,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,7 +97,16 @@ class IcebergCatalog:
     @classmethod
     def hadoop(cls, name: str, directory: str | os.PathLike[str]) -> IcebergCatalog:
         """The zero-setup default: a Hadoop catalog over a local warehouse directory."""
-        warehouse = Path(directory).expanduser().resolve().as_uri()
+        text = os.fspath(directory)
+        if "://" in text and not text.startswith("file://"):
+            raise ConfigurationError(
+                f"warehouse {text!r} is not a local directory: a Hadoop catalog is Lockstep's "
+                "local default only; name a catalog (type jdbc, rest, hive or glue) whose "
+                "warehouse is that URI instead (catalog={...}, or [catalog] in lockstep.toml)"
+            )
+        if text.startswith("file://"):
+            text = str(local_path(text))
+        warehouse = Path(text).expanduser().resolve().as_uri()
         return cls(name, {"type": "hadoop", "warehouse": warehouse})
 
     @classmethod
@@ -166,11 +175,13 @@ class IcebergCatalog:
             settings[f"{key}.{prop}"] = value
         return settings
 
-    def spark_jars(self) -> list[str]:
-        """Jars this catalog needs in Spark beyond Iceberg's runtime: for a
-        ``jdbc:postgresql:`` URI, Debian's PostgreSQL driver when it is installed."""
+    def spark_jars(self, configured: Sequence[str] = ()) -> list[str]:
+        """Jars this catalog needs in Spark beyond Iceberg's runtime and the ``configured``
+        ones: for a ``jdbc:postgresql:`` URI with no PostgreSQL driver among them, the one
+        Debian's ``libpostgresql-jdbc-java`` installs."""
         uri = self.spark_overrides.get("uri") or self.properties.get("uri", "")
-        if self.type == "jdbc" and uri.startswith("jdbc:postgresql:"):
+        has_driver = any("postgresql" in Path(j).name.lower() for j in configured)
+        if self.type == "jdbc" and uri.startswith("jdbc:postgresql:") and not has_driver:
             if not DEBIAN_POSTGRESQL_JAR.is_file():
                 raise ConfigurationError(
                     f"catalog.uri is {_redact(uri)}, but the PostgreSQL JDBC driver is not "
@@ -193,8 +204,12 @@ class IcebergCatalog:
                     "[catalog.python] py-catalog-impl (or type and uri) for the readers"
                 )
             del out["catalog-impl"]
-        if kind == "jdbc" and "uri" not in self.python_overrides:
-            out = _jdbc_to_sql(out)
+        if kind == "jdbc":
+            if "uri" in self.python_overrides:  # the reader's own URL: pyiceberg's SQL catalog
+                out = {k: v for k, v in out.items() if not k.startswith("jdbc.")}
+                out["type"] = "sql"
+            else:
+                out = _jdbc_to_sql(out)
         out.update(self.python_overrides)
         return out
 

@@ -321,6 +321,12 @@ class IcebergTables:
     def location(self, table: str) -> Path:
         """A Hadoop catalog's table directory on the local disk."""
         warehouse = self.catalog.local_warehouse
+        if warehouse is None and self.catalog.type == "hadoop":
+            raise CatalogError(
+                f"the {self.catalog.describe()} is not on the local disk: Lockstep reads a "
+                "Hadoop catalog's tables from a local warehouse only (pyiceberg has no Hadoop "
+                "catalog); for a shared warehouse use a jdbc, rest, hive or glue catalog"
+            )
         if warehouse is None:
             raise CatalogError(
                 f"the {self.catalog.describe()} has no local table directories; "

@@ -80,7 +80,7 @@ class SparkConfig:
         jars = [j for j in settings.get("spark.jars", "").split(",") if j]
         if not jars and "spark.jars.packages" not in settings:
             jars.append(str(find_iceberg_runtime_jar()))
-        for jar in [*self.jars, *self.catalog.spark_jars()]:
+        for jar in [*self.jars, *self.catalog.spark_jars([*jars, *self.jars])]:
             if not _has_jar(jars, jar):
                 jars.append(jar)
         missing = [j for j in jars if "://" not in j and not Path(j).is_file()]

@@ -48,10 +48,12 @@ def connect_args(args: argparse.Namespace) -> Lockstep:
     from lockstep.facade import connect
 
     catalog_file: Path | None = getattr(args, "catalog_file", None)
+    settings = catalog_settings(catalog_file) if catalog_file is not None else {}
     return connect(
         args.target,
         token=client_token(args),
-        catalog=catalog_table(catalog_file) if catalog_file is not None else None,
+        catalog=settings.get("catalog"),
+        spark=settings.get("spark"),
         warehouse=getattr(args, "warehouse", None),
     )
 
@@ -59,16 +61,28 @@ def connect_args(args: argparse.Namespace) -> Lockstep:
 def catalog_table(path: Path) -> dict[str, Any]:
     """The ``[catalog]`` table of a TOML file (a home's lockstep.toml, a service's
     settings)."""
-    import tomllib
-
-    try:
-        settings = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ConfigurationError(f"cannot read the catalog file {path}: {e}") from e
-    table = settings.get("catalog")
-    if not isinstance(table, dict):
+    table = catalog_settings(path).get("catalog")
+    if table is None:
         raise ConfigurationError(f"{path} has no [catalog] table (type, uri, warehouse, ...)")
     return table
+
+
+def catalog_settings(path: Path) -> dict[str, Any]:
+    """The ``[catalog]`` and ``[spark]`` tables of a TOML file (either may be missing;
+    other keys, such as a service's settings, are ignored)."""
+    from lockstep.config import read_toml
+
+    settings = read_toml(path)
+    found = {k: settings[k] for k in ("catalog", "spark") if k in settings}
+    for key, table in found.items():
+        if not isinstance(table, dict):
+            raise ConfigurationError(f"{path}: {key} must be a table ([{key}])")
+    if not found:
+        raise ConfigurationError(
+            f"{path} has neither a [catalog] table (type, uri, warehouse, ...) nor a [spark] "
+            "table (master, jars, conf)"
+        )
+    return found
 
 
 def add_catalog_options(parser: argparse.ArgumentParser) -> None:
@@ -80,7 +94,8 @@ def add_catalog_options(parser: argparse.ArgumentParser) -> None:
         dest="catalog_file",
         type=Path,
         metavar="FILE",
-        help="a TOML file whose [catalog] table names the Iceberg catalog",
+        help="a TOML file whose [catalog] table names the Iceberg catalog and/or whose "
+        "[spark] table says how to start Spark (master, jars, conf)",
     )
     where.add_argument(
         "--warehouse",

@@ -65,4 +65,9 @@ class ServiceSettings(BaseSettings):
             from_environment = cls().model_dump(exclude_unset=True)
             return cls(**{**from_file, **from_environment, **overrides})
         except ValidationError as e:
-            raise ConfigurationError(f"invalid service settings: {e}") from e
+            # each problem by key and reason, never the value (it may be a credential)
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in error['loc']) or '(settings)'}: {error['msg']}"
+                for error in e.errors()
+            )
+            raise ConfigurationError(f"invalid service settings: {problems}") from e
