@@ -61,7 +61,7 @@ def connect_args(args: argparse.Namespace) -> Lockstep:
 def catalog_table(path: Path) -> dict[str, Any]:
     """The ``[catalog]`` table of a TOML file (a home's lockstep.toml, a service's
     settings)."""
-    table = catalog_settings(path).get("catalog")
+    table: dict[str, Any] | None = catalog_settings(path).get("catalog")
     if table is None:
         raise ConfigurationError(f"{path} has no [catalog] table (type, uri, warehouse, ...)")
     return table
@@ -73,7 +73,7 @@ def catalog_settings(path: Path) -> dict[str, Any]:
     from lockstep.config import read_toml
 
     settings = read_toml(path)
-    found = {k: settings[k] for k in ("catalog", "spark") if k in settings}
+    found: dict[str, Any] = {k: settings[k] for k in ("catalog", "spark") if k in settings}
     for key, table in found.items():
         if not isinstance(table, dict):
             raise ConfigurationError(f"{path}: {key} must be a table ([{key}])")
