@@ -30,11 +30,12 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import duckdb
+from typing import TYPE_CHECKING, Any, Literal
 
 from lockstep.meta_tables.views import VIEWS_BY_NAME, Target
+
+if TYPE_CHECKING:  # DuckDB loads when a query runs, not with the store (CLI start-up)
+    import duckdb
 
 Op = Literal["=", "in", "<", "<=", ">", ">="]
 Value = int | str
@@ -97,6 +98,8 @@ def _single_view_where(
 ) -> tuple[Mapping[str, Any], set[str]] | None:
     """The WHERE clause (DuckDB's parse tree as JSON) of a plain ``SELECT … FROM view``,
     and the names a column may be qualified with (the view's and its alias)."""
+    import duckdb
+
     try:
         row = con.execute("SELECT json_serialize_sql(?::VARCHAR)", [query]).fetchone()
     except duckdb.Error:

@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from lockstep.errors import (
     ConcurrentWriterError,
@@ -20,6 +19,9 @@ from lockstep.errors import (
     UnknownTableError,
 )
 from lockstep.topology.model import JobSpec, TableType
+
+if TYPE_CHECKING:  # networkx loads with the first Topology, not with the store (CLI start-up)
+    import networkx as nx
 
 Node = tuple[str, str]
 
@@ -50,6 +52,8 @@ class Topology:
     """
 
     def __init__(self, jobs: Iterable[JobSpec] = ()) -> None:
+        import networkx as nx
+
         self._jobs: dict[str, JobSpec] = {}
         self._writer: dict[str, str] = {}
         self._graph: nx.DiGraph = nx.DiGraph()
@@ -73,6 +77,8 @@ class Topology:
             self._graph.add_edge(_table(table), _job(spec.job_id))
 
     def _check_acyclic(self, job_id: str | None) -> None:
+        import networkx as nx
+
         try:
             cycle = nx.find_cycle(self._graph)
         except nx.NetworkXNoCycle:
@@ -134,6 +140,8 @@ class Topology:
 
     def downstream_jobs(self, table: str) -> list[str]:
         """Jobs that read ``table`` or any table downstream of it, in topological order."""
+        import networkx as nx
+
         self._require_table(table)
         reach = nx.descendants(self._graph, _table(table))
         order = list(nx.topological_sort(self._graph.subgraph(reach)))
@@ -148,6 +156,8 @@ class Topology:
         >>> topo.revision_closure("a")
         ['load', 'use_b']
         """
+        import networkx as nx
+
         writer = self.writer_of(table)
         if writer is None:
             raise TopologyError(
@@ -162,6 +172,8 @@ class Topology:
         return [node[1] for node in order if node[0] == "job"]
 
     def _lineage(self, table: str, *, reverse: bool) -> list[LineageEntry]:
+        import networkx as nx
+
         self._require_table(table)
         graph = self._graph.reverse(copy=False) if reverse else self._graph
         hops = nx.single_source_shortest_path_length(graph, _table(table))
