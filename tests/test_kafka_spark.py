@@ -33,6 +33,7 @@ from kafka_cuts import (
     source_for,
 )
 
+from lockstep.barrier.iceberg.catalog import IcebergCatalog
 from lockstep.barrier.model import VersionState
 from lockstep.barrier.runtime.runner import FAULT_ENV, JobRunner
 from lockstep.barrier.sources.kafka.client import ProducerRecord, create_topic, produce
@@ -60,8 +61,8 @@ def kafka_ls(spark_base: SparkSession, tmp_path: Path, clock: Any) -> Iterator[L
 
 
 def open_home(home: Path, clock: Any) -> Lockstep:
-    config = LockstepConfig.from_target(home).model_copy(
-        update={"catalog": f"ls_{uuid.uuid4().hex[:10]}"}
+    config = LockstepConfig.from_target(home).with_catalog(
+        IcebergCatalog.hadoop(f"ls_{uuid.uuid4().hex[:10]}", home / "warehouse")
     )
     config.prepare()
     return Lockstep(SqlMetadataStore.open(config.store_url, clock=clock), config)

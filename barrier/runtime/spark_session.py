@@ -31,6 +31,7 @@ EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 # competes with the work for a few cores. C1 alone halved the wall time of a 4-barrier
 # pipeline here (2 cores). For a long local run, set spark.driver.extraJavaOptions yourself.
 LOCAL_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+PYSPARK_PYTHON_SETTING = "spark.pyspark.python"  # the executors' Python, on a cluster
 
 
 def find_iceberg_runtime_jar() -> Path:
@@ -109,13 +110,19 @@ def create_spark_session(config: SparkConfig) -> SparkSession:
         from pyspark.sql import SparkSession
     except ModuleNotFoundError as e:
         raise ConfigurationError("PySpark is not installed: pip install 'lockstep[spark]'") from e
+    settings = config.settings()
     if config.is_local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # local Python workers run this interpreter (the one with lockstep and its deps
         # installed), not whatever python3 is first on PATH
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    elif PYSPARK_PYTHON_SETTING in settings:
+        # PySpark takes the executors' Python from the driver's environment only (a
+        # spark.pyspark.python setting alone is ignored): the interpreter, on every
+        # executor host, that has lockstep installed (a Kafka root source reads there)
+        os.environ.setdefault("PYSPARK_PYTHON", settings[PYSPARK_PYTHON_SETTING])
     builder = SparkSession.builder.master(config.master).appName(config.app_name)
-    for key, value in config.settings().items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -34,7 +34,10 @@ def cmd_run(args: argparse.Namespace) -> Output:
     jobs = load_jobs(args.jobs)  # before Spark starts: a typo fails in a second
     progress: Callable[[str], None] = _quiet if args.json else print
     with connect_args(args) as ls:
-        spark = ls.spark(**({"master": args.master} if args.master else {}))
+        # the application is named after its jobs (a cluster's UI lists it so)
+        names = ",".join(job.job_id for job in jobs)
+        options = {"spark.app.name": f"lockstep {names}"[:200]}
+        spark = ls.spark(**({"master": args.master} if args.master else {}), **options)
         # one driver: each job its own session (its own staging-branch setting), one JVM
         runners = [
             JobRunner(
