@@ -47,6 +47,8 @@ from lockstep.readers.model import Lease, SnapshotSet
 from lockstep.service.auth import Role
 from lockstep.service.deps import Admin, Caller, Reader
 from lockstep.service.guard import DEFAULT_MAX_BODY_BYTES, Guard
+from lockstep.service.iceberg.config import IcebergSettings
+from lockstep.service.iceberg.mount import mount_iceberg
 from lockstep.service.requests import (
     INT64_MAX,
     BarrierPath,
@@ -83,10 +85,12 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_leases_per_caller: int = 1_000,
     catalog: dict[str, Any] | None = None,
+    iceberg: IcebergSettings | None = None,
 ) -> FastAPI:
     """The service app over ``store``; ``tokens`` None disables authentication (and then
     only same-origin requests are accepted, see ``guard.py``). ``catalog`` is the Iceberg
-    catalog the service tells its clients about (the ``[catalog]`` table)."""
+    catalog the service tells its clients about (the ``[catalog]`` table); ``iceberg``, if
+    given, the Iceberg REST catalog it serves under ``/iceberg`` (``iceberg/mount.py``)."""
     app = FastAPI(title="Lockstep coordinator", version="1")
     app.add_middleware(Guard, tokens=tokens, max_body_bytes=max_body_bytes)
 
@@ -124,6 +128,8 @@ def create_app(
     _add_leadership(app, store)
     pool = SqlPool(sql_concurrency, sql_queue)
     _add_meta_tables(app, store, pool, sql_timeout_s=sql_timeout_s, sql_max_rows=sql_max_rows)
+    if iceberg is not None:
+        mount_iceberg(app, store, iceberg, tokens=tokens, max_body_bytes=max_body_bytes)
     return app
 
 

@@ -58,6 +58,7 @@ def serve(settings: ServiceSettings) -> None:
         max_body_bytes=settings.max_body_bytes,
         max_leases_per_caller=settings.max_leases_per_caller,
         catalog=settings.catalog,
+        iceberg=settings.iceberg,
     )
     interval = settings.barrier_interval_s
     ticker = BackgroundIssuer(BarrierIssuer(store, Interval(interval))) if interval else None

@@ -10,6 +10,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockstep.errors import ConfigurationError
+from lockstep.service.iceberg.config import IcebergSettings
 
 
 class ServiceSettings(BaseSettings):
@@ -35,6 +36,8 @@ class ServiceSettings(BaseSettings):
     max_leases_per_caller: int = Field(default=1_000, gt=0)
     # the Iceberg catalog clients are told about (GET /v1/catalog): a home's [catalog] table
     catalog: dict[str, Any] | None = None
+    # the Iceberg REST catalog this service serves under /iceberg (an [iceberg] table)
+    iceberg: IcebergSettings | None = None
 
     @field_validator("catalog")
     @classmethod

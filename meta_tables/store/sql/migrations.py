@@ -20,7 +20,7 @@ from lockstep.meta_tables.store.sql.schema import Base, SchemaVersionRow
 
 MigrationStep = Callable[[Connection], None]
 
-CURRENT_VERSION = 3
+CURRENT_VERSION = 4
 _PG_MIGRATION_LOCK = 0x4C6F636B  # advisory lock key: one migrating process at a time
 
 
@@ -43,8 +43,23 @@ def _add_instance_heartbeat(connection: Connection) -> None:
         connection.execute(text("ALTER TABLE ls_job_instance ADD COLUMN seen_at BIGINT"))
 
 
+def _add_iceberg_catalog_tables(connection: Connection) -> None:
+    """Version 4: the namespaces and table pointers of the service's Iceberg REST catalog."""
+    Base.metadata.create_all(
+        connection,
+        tables=[Base.metadata.tables[name] for name in _V4_TABLES],
+        checkfirst=True,
+    )
+
+
+_V4_TABLES = ("ls_iceberg_namespace", "ls_iceberg_table")
+
 # STEPS[v] upgrades a store from version v-1 to version v. Version 1 is the first release.
-STEPS: dict[int, MigrationStep] = {2: _add_operations_tables, 3: _add_instance_heartbeat}
+STEPS: dict[int, MigrationStep] = {
+    2: _add_operations_tables,
+    3: _add_instance_heartbeat,
+    4: _add_iceberg_catalog_tables,
+}
 
 
 def stored_version(connection: Connection) -> int | None:

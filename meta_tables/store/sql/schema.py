@@ -233,3 +233,31 @@ class RetentionRow(Base):
     table_name: Mapped[str] = mapped_column(ForeignKey("ls_table.table_name"), primary_key=True)
     keep_from: Mapped[int] = mapped_column(BigInteger)
     updated_at: Mapped[datetime] = mapped_column(UtcMicros)
+
+
+# -- the Iceberg REST catalog the service serves (schema version 4) ----------------------------
+
+
+class IcebergNamespaceRow(Base):
+    """A namespace of the service's Iceberg REST catalog (``lockstep serve`` with
+    ``[iceberg]``). A nested namespace's levels are joined by the unit separator (0x1F)."""
+
+    __tablename__ = "ls_iceberg_namespace"
+    name: Mapped[str] = mapped_column(String(500), primary_key=True)
+    properties: Mapped[str] = mapped_column(Text, default="{}")  # JSON object of strings
+    created_at: Mapped[datetime] = mapped_column(UtcMicros)
+
+
+class IcebergTableRow(Base):
+    """A table of that catalog: the pointer to its current metadata file. A commit moves it
+    by compare-and-set (``UPDATE ... WHERE metadata_location = <the one it started from>``),
+    several tables' pointers in one database transaction for a multi-table commit."""
+
+    __tablename__ = "ls_iceberg_table"
+    namespace: Mapped[str] = mapped_column(
+        ForeignKey("ls_iceberg_namespace.name"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    metadata_location: Mapped[str] = mapped_column(Text)
+    previous_metadata_location: Mapped[str | None] = mapped_column(Text, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UtcMicros)

@@ -1,0 +1,242 @@
+"""The served catalog's operations: namespaces, tables, commits (HTTP-free).
+
+Each operation is one short transaction on the store (``storage``) plus the metadata files
+it reads or writes (``files``); commits are ``commit.commit``. Errors are the catalog's own
+(``errors``), which the routes turn into the Iceberg error model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
+from sqlalchemy import Engine
+
+from lockstep.errors import InvalidRequestError
+from lockstep.service.iceberg import storage
+from lockstep.service.iceberg.commit import Staged, TableChange, commit
+from lockstep.service.iceberg.errors import (
+    IcebergTableExistsError,
+    MetadataFileError,
+    NamespaceNotEmptyError,
+    NoSuchIcebergTableError,
+    NoSuchNamespaceError,
+    UnprocessableRequestError,
+)
+from lockstep.service.iceberg.files import TableFiles
+from lockstep.service.iceberg.names import Namespace, TableName
+
+Properties = dict[str, str]
+LOCATION_PROPERTY = "location"  # a namespace's: where its tables go by default
+
+
+@dataclass(frozen=True)
+class LoadedTable:
+    """A table as the catalog hands it out: its metadata and where that metadata is
+    (None for a staged creation, which no pointer names yet)."""
+
+    metadata: TableMetadata
+    metadata_location: str | None
+
+
+@dataclass(frozen=True)
+class PropertyChanges:
+    updated: list[str]
+    removed: list[str]
+    missing: list[str]
+
+
+@dataclass(frozen=True)
+class NewTable:
+    """A table to create, as a CreateTableRequest describes it."""
+
+    table: TableName
+    schema: Schema
+    location: str | None = None
+    partition_spec: PartitionSpec | None = None
+    sort_order: SortOrder | None = None
+    properties: Properties | None = None
+
+
+class ServedCatalog:
+    """The served catalog over the store's ``engine`` and the warehouse's ``files``."""
+
+    def __init__(self, engine: Engine, files: TableFiles, clock: Callable[[], datetime]) -> None:
+        self.engine = engine
+        self.files = files
+        self.clock = clock
+
+    # -- namespaces ------------------------------------------------------------------------
+
+    def list_namespaces(self, parent: Namespace = ()) -> list[Namespace]:
+        """The namespaces one level under ``parent`` (the top level for ``()``), including
+        levels that exist only as the parent of a deeper namespace."""
+        with storage.reading(self.engine) as session:
+            known = storage.namespaces(session)
+        if parent and not any(ns[: len(parent)] == parent for ns in known):
+            raise NoSuchNamespaceError(parent)
+        depth = len(parent) + 1
+        return sorted(
+            {ns[:depth] for ns in known if len(ns) >= depth and ns[: len(parent)] == parent}
+        )
+
+    def create_namespace(self, namespace: Namespace, properties: Properties) -> Properties:
+        self._check_location_property(properties)
+        with storage.writing(self.engine) as session:
+            storage.create_namespace(session, namespace, properties, self.clock())
+        return properties
+
+    def namespace_properties(self, namespace: Namespace) -> Properties:
+        with storage.reading(self.engine) as session:
+            found = storage.namespace_properties(session, namespace)
+        if found is None:
+            raise NoSuchNamespaceError(namespace)
+        return found
+
+    def update_namespace_properties(
+        self, namespace: Namespace, removals: Sequence[str], updates: Properties
+    ) -> PropertyChanges:
+        both = sorted(set(removals) & set(updates))
+        if both:
+            raise UnprocessableRequestError(
+                f"properties both removed and updated: {', '.join(both)}; do one or the other"
+            )
+        self._check_location_property(updates)
+        with storage.writing(self.engine) as session:
+            current = storage.namespace_properties(session, namespace)
+            if current is None:
+                raise NoSuchNamespaceError(namespace)
+            removed = sorted(k for k in set(removals) if k in current)
+            missing = sorted(k for k in set(removals) if k not in current)
+            changed = {k: v for k, v in current.items() if k not in removals} | updates
+            storage.set_namespace_properties(session, namespace, changed)
+        return PropertyChanges(updated=sorted(updates), removed=removed, missing=missing)
+
+    def drop_namespace(self, namespace: Namespace) -> None:
+        with storage.writing(self.engine) as session:
+            if storage.namespace_properties(session, namespace) is None:
+                raise NoSuchNamespaceError(namespace)
+            tables = storage.table_names(session, namespace)
+            if tables:
+                raise NamespaceNotEmptyError(namespace, f"tables {', '.join(tables)}")
+            children = [
+                ns for ns in storage.namespaces(session) if ns[: len(namespace)] == namespace
+            ]
+            if len(children) > 1:
+                nested = ", ".join(".".join(ns) for ns in children if ns != namespace)
+                raise NamespaceNotEmptyError(namespace, f"namespaces {nested}")
+            storage.drop_namespace(session, namespace)
+
+    def _check_location_property(self, properties: Properties) -> None:
+        if LOCATION_PROPERTY in properties:
+            self.files.checked_location(properties[LOCATION_PROPERTY], "namespace location")
+
+    # -- tables ----------------------------------------------------------------------------
+
+    def list_tables(self, namespace: Namespace) -> list[TableName]:
+        with storage.reading(self.engine) as session:
+            if storage.namespace_properties(session, namespace) is None:
+                raise NoSuchNamespaceError(namespace)
+            return [TableName(namespace, n) for n in storage.table_names(session, namespace)]
+
+    def table_exists(self, table: TableName) -> bool:
+        with storage.reading(self.engine) as session:
+            return storage.pointer(session, table) is not None
+
+    def load_table(self, table: TableName) -> LoadedTable:
+        with storage.reading(self.engine) as session:
+            location = storage.pointer(session, table)
+        if location is None:
+            raise NoSuchIcebergTableError(table.namespace, table.name)
+        return LoadedTable(self.files.read(location), location)
+
+    def create_table(self, new: NewTable, *, stage_only: bool = False) -> LoadedTable:
+        """Create ``new`` (version 0 of its metadata, and its pointer); with ``stage_only``,
+        only the metadata it would start from: the client commits it later with an
+        ``assert-create`` requirement (a create transaction)."""
+        table = new.table
+        with storage.reading(self.engine) as session:
+            namespace = storage.namespace_properties(session, table.namespace)
+            exists = storage.pointer(session, table) is not None
+        if namespace is None:
+            raise NoSuchNamespaceError(table.namespace)
+        if exists:
+            raise IcebergTableExistsError(table.namespace, table.name)
+        if new.location:
+            location = self.files.checked_location(new.location)
+        else:
+            location = self.files.default_location(table, namespace.get(LOCATION_PROPERTY))
+        try:
+            metadata = new_table_metadata(
+                schema=new.schema,
+                partition_spec=new.partition_spec or UNPARTITIONED_PARTITION_SPEC,
+                sort_order=new.sort_order or UNSORTED_SORT_ORDER,
+                location=location,
+                properties=dict(new.properties or {}),  # a copy: it pops format-version
+            )
+        except ValueError as e:
+            raise InvalidRequestError(f"cannot create table {str(table)!r}: {e}") from e
+        if stage_only:
+            return LoadedTable(metadata, None)
+        metadata_location = self.files.write_next(metadata, None)
+        try:
+            with storage.writing(self.engine) as session:
+                if storage.namespace_properties(session, table.namespace) is None:
+                    raise NoSuchNamespaceError(table.namespace)
+                storage.insert_pointer(session, table, metadata_location, self.clock())
+        except BaseException:
+            self.files.forget(metadata_location)
+            raise
+        return LoadedTable(metadata, metadata_location)
+
+    def register_table(
+        self, table: TableName, metadata_location: str, *, overwrite: bool
+    ) -> LoadedTable:
+        """Point ``table`` at an existing metadata file (``overwrite``: also if it exists)."""
+        try:
+            metadata = self.files.read(metadata_location)
+        except (MetadataFileError, ValueError) as e:
+            raise InvalidRequestError(
+                f"{metadata_location!r} is not a readable Iceberg table metadata file "
+                f"({type(e).__name__})"
+            ) from e
+        with storage.writing(self.engine) as session:
+            if storage.namespace_properties(session, table.namespace) is None:
+                raise NoSuchNamespaceError(table.namespace)
+            current = storage.pointer(session, table)
+            if current is None:
+                storage.insert_pointer(session, table, metadata_location, self.clock())
+            elif overwrite:
+                storage.swap_pointer(session, table, current, metadata_location, self.clock())
+            else:
+                raise IcebergTableExistsError(table.namespace, table.name)
+        return LoadedTable(metadata, metadata_location)
+
+    def drop_table(self, table: TableName, *, purge: bool) -> None:
+        """Forget ``table``; with ``purge`` also delete its files (after the pointer is gone,
+        so no reader is handed files being deleted)."""
+        with storage.writing(self.engine) as session:
+            location = storage.delete_pointer(session, table)
+        if location is None:
+            raise NoSuchIcebergTableError(table.namespace, table.name)
+        if purge:
+            self.files.purge(location)
+
+    def rename_table(self, source: TableName, destination: TableName) -> None:
+        with storage.writing(self.engine) as session:
+            if storage.pointer(session, source) is None:
+                raise NoSuchIcebergTableError(source.namespace, source.name)
+            if storage.namespace_properties(session, destination.namespace) is None:
+                raise NoSuchNamespaceError(destination.namespace)
+            if storage.pointer(session, destination) is not None:
+                raise IcebergTableExistsError(destination.namespace, destination.name)
+            storage.rename_pointer(session, source, destination)
+
+    def commit(self, changes: Sequence[TableChange]) -> list[Staged]:
+        """Apply the changes of one or more tables atomically (see ``commit``)."""
+        return commit(self.engine, self.files, changes, self.clock)

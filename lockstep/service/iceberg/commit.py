@@ -1,0 +1,162 @@
+"""Committing table changes: requirements, updates, a new metadata file, compare-and-set.
+
+One commit holds one or more tables' changes (``POST .../tables/{table}`` holds one,
+``POST /v1/transactions/commit`` several). For each table: load its current metadata, check
+the change's requirements against it (pyiceberg's ``TableRequirement.validate``), apply the
+updates (``update_table_metadata``) and write the result as the table's next metadata file.
+Only when every table got that far are the pointers swapped, all in one database
+transaction, each by compare-and-set on the location the table was loaded from: every
+table moves, or none. A failed requirement is a 409 at once; a pointer another commit moved
+meanwhile makes the whole commit start again from the new metadata (the requirements are
+checked again there), up to ``ATTEMPTS`` times, then a 409. Metadata files of a commit that
+did not land are deleted.
+
+Phase 2 of issue #15 (the commit guard, barrier tags) hooks in here: a check of the
+committer against the writer job's current instance belongs inside the pointer swap's
+transaction (``swap``), and a summary stamp on added snapshots belongs to ``stage``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import ValidationError
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata, TableMetadataV1
+from pyiceberg.table.update import (
+    AssertCreate,
+    TableRequirement,
+    TableUpdate,
+    update_table_metadata,
+)
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from lockstep.errors import InvalidRequestError
+from lockstep.service.iceberg import storage
+from lockstep.service.iceberg.errors import (
+    CommitConflictError,
+    IcebergTableExistsError,
+    NoSuchIcebergTableError,
+    NoSuchNamespaceError,
+)
+from lockstep.service.iceberg.files import TableFiles
+from lockstep.service.iceberg.names import TableName
+
+ATTEMPTS = 3  # a commit's tries when other commits keep moving its tables first
+
+
+@dataclass(frozen=True)
+class TableChange:
+    """One table's part of a commit: what must hold, and what to change."""
+
+    table: TableName
+    requirements: tuple[TableRequirement, ...]
+    updates: tuple[TableUpdate, ...]
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A table's change applied: the new metadata, written, not yet pointed to."""
+
+    table: TableName
+    base_location: str | None  # None: the commit creates the table
+    metadata: TableMetadata
+    location: str  # the new metadata file (the base's, if nothing changed)
+
+    @property
+    def wrote_file(self) -> bool:
+        return self.location != self.base_location
+
+
+class _Moved(Exception):
+    """A pointer is no longer where the commit started from (internal: retried)."""
+
+
+def commit(
+    engine: Engine, files: TableFiles, changes: Sequence[TableChange], clock: Callable[[], datetime]
+) -> list[Staged]:
+    """Apply ``changes`` atomically; the tables' new states, in the order given."""
+    seen = [c.table for c in changes]
+    if len(set(seen)) != len(seen):
+        raise InvalidRequestError("a commit changes each table once: merge the changes of a table")
+    for _attempt in range(ATTEMPTS):
+        with storage.reading(engine) as session:
+            bases = storage.pointers(session, seen)
+        staged: list[Staged] = []
+        try:
+            for change in changes:
+                staged.append(stage(files, change, bases.get(change.table)))
+            with storage.writing(engine) as session:
+                swap(session, staged, clock())
+            return staged
+        except _Moved:
+            _forget(files, staged)
+        except BaseException:
+            _forget(files, staged)
+            raise
+    table = changes[0].table
+    raise CommitConflictError(
+        table.namespace,
+        table.name,
+        f"other commits kept moving the tables first ({ATTEMPTS} tries): retry",
+    )
+
+
+def stage(files: TableFiles, change: TableChange, base_location: str | None) -> Staged:
+    """Check ``change``'s requirements on the table as it is at ``base_location`` (None: it
+    does not exist), apply its updates and write the result as the next metadata file."""
+    table = change.table
+    creates = any(isinstance(r, AssertCreate) for r in change.requirements)
+    if base_location is None and not creates:
+        raise NoSuchIcebergTableError(table.namespace, table.name)
+    base = None if base_location is None else files.read(base_location)
+    for requirement in change.requirements:
+        try:
+            requirement.validate(base)
+        except CommitFailedException as e:
+            raise CommitConflictError(table.namespace, table.name, str(e)) from e
+    if base is not None and not change.updates:
+        return Staged(table, base_location, base, base_location or "")
+    try:
+        metadata = update_table_metadata(
+            base if base is not None else _empty_metadata(),
+            change.updates,
+            enforce_validation=base is None,
+            metadata_location=base_location,
+        )
+    except (ValueError, ValidationError) as e:  # pydantic's is a ValueError too
+        raise InvalidRequestError(f"cannot apply the updates to {str(table)!r}: {e}") from e
+    files.checked_location(metadata.location)
+    return Staged(table, base_location, metadata, files.write_next(metadata, base_location))
+
+
+def swap(session: Session, staged: Sequence[Staged], now: datetime) -> None:
+    """Point every table at its staged metadata, in the caller's transaction (tables in
+    name order, so two commits of the same tables never wait on each other in a cycle)."""
+    for change in sorted(staged, key=lambda s: s.table):
+        table = change.table
+        if change.base_location is None:
+            if storage.namespace_properties(session, table.namespace) is None:
+                raise NoSuchNamespaceError(table.namespace)
+            try:
+                storage.insert_pointer(session, table, change.location, now)
+            except IcebergTableExistsError as e:
+                raise _Moved from e
+        elif not storage.swap_pointer(session, table, change.base_location, change.location, now):
+            raise _Moved
+
+
+def _empty_metadata() -> TableMetadata:
+    """What a created table's updates start from: pyiceberg's catalogs start from the same
+    empty V1 metadata, which the creation's ``upgrade-format-version`` then raises."""
+    return TableMetadataV1.model_construct(last_column_id=-1, schema=Schema())
+
+
+def _forget(files: TableFiles, staged: Sequence[Staged]) -> None:
+    for change in staged:
+        if change.wrote_file:
+            files.forget(change.location)

@@ -1,0 +1,126 @@
+"""The served catalog's files: reading and writing table metadata, where tables may live,
+and purging a dropped table's files.
+
+The server reads and writes with one ``FileIO`` built from its own settings (``[iceberg]``
+``warehouse`` and ``io``), never from a table's properties: a table property such as
+``py-io-impl`` or ``write.py-location-provider.impl`` would otherwise make the service import
+a class a client names. For the same reason every table location, and every metadata file
+the server reads or writes, must be under the warehouse.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import re
+import uuid
+from urllib.parse import urlsplit
+
+from pyiceberg.catalog import delete_data_files, delete_files
+from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.manifest import ManifestFile
+from pyiceberg.serializers import FromInputFile, ToOutputFile
+from pyiceberg.table.metadata import TableMetadata
+
+from lockstep.errors import InvalidRequestError
+from lockstep.service.iceberg.config import IcebergSettings
+from lockstep.service.iceberg.errors import MetadataFileError
+from lockstep.service.iceberg.names import TableName
+
+log = logging.getLogger("lockstep.service.iceberg")
+
+METADATA_PATH_PROPERTY = "write.metadata.path"  # Iceberg's: where metadata files go
+_VERSIONED = re.compile(r"(\d+)-[0-9a-fA-F-]{36}\.metadata\.json")  # 00003-<uuid>.metadata.json
+_HADOOP_STYLE = re.compile(r"v(\d+)(?:\.gz)?\.metadata\.json")  # v3.metadata.json
+
+
+class TableFiles:
+    """Metadata files of the tables under one warehouse."""
+
+    def __init__(self, settings: IcebergSettings) -> None:
+        self.warehouse = settings.warehouse
+        self.io: FileIO = load_file_io({**settings.io}, settings.warehouse)
+
+    def default_location(self, table: TableName, namespace_location: str | None) -> str:
+        """``<namespace location>/<table>``, else ``<warehouse>/<namespace...>/<table>``."""
+        if namespace_location:
+            return self.checked_location(f"{namespace_location.rstrip('/')}/{table.name}")
+        return "/".join([self.warehouse, *table.namespace, table.name])
+
+    def checked_location(self, location: str, what: str = "table location") -> str:
+        """``location`` without a trailing slash, if it is under the warehouse."""
+        location = location.rstrip("/")
+        if not self._under_warehouse(location):
+            raise InvalidRequestError(
+                f"{what} {location!r} is outside the catalog's warehouse {self.warehouse!r}: "
+                "this catalog keeps every table's files under its warehouse"
+            )
+        return location
+
+    def _under_warehouse(self, location: str) -> bool:
+        base, target = urlsplit(self.warehouse), urlsplit(location)
+        if (base.scheme, base.netloc) != (target.scheme, target.netloc):
+            return False
+        inside = posixpath.normpath(target.path or "/")
+        root = posixpath.normpath(base.path or "/")
+        return inside == root or inside.startswith(root.rstrip("/") + "/")
+
+    def read(self, metadata_location: str) -> TableMetadata:
+        """The table metadata in ``metadata_location`` (a ValueError if the file is not
+        Iceberg table metadata)."""
+        self.checked_location(metadata_location, "metadata file")
+        try:
+            return FromInputFile.table_metadata(self.io.new_input(metadata_location))
+        except OSError as e:
+            raise MetadataFileError(metadata_location, "read", e) from e
+
+    def write_next(self, metadata: TableMetadata, previous: str | None) -> str:
+        """Write ``metadata`` as the version after ``previous`` (a new table: version 0)
+        and return its location: ``<metadata folder>/<version:05d>-<uuid>.metadata.json``."""
+        folder = metadata.properties.get(METADATA_PATH_PROPERTY) or f"{metadata.location}/metadata"
+        folder = self.checked_location(folder, "metadata folder")
+        version = 0 if previous is None else metadata_version(previous) + 1
+        location = f"{folder}/{version:05d}-{uuid.uuid4()}.metadata.json"
+        try:
+            ToOutputFile.table_metadata(metadata, self.io.new_output(location), overwrite=False)
+        except OSError as e:
+            raise MetadataFileError(location, "write", e) from e
+        return location
+
+    def forget(self, metadata_location: str) -> None:
+        """Delete a metadata file no pointer will ever name (a commit that did not land)."""
+        try:
+            self.io.delete(metadata_location)
+        except OSError as e:  # an orphan file is harmless: log, do not fail the request
+            log.warning("could not delete unused metadata file %s: %s", metadata_location, e)
+
+    def purge(self, metadata_location: str) -> None:
+        """Delete a dropped table's files: data, manifests, manifest lists, statistics and
+        every metadata file it names (best effort, as Iceberg's own purge)."""
+        metadata = self.read(metadata_location)
+        manifests: list[ManifestFile] = []
+        manifest_lists = set()
+        for snapshot in metadata.snapshots:
+            manifests += snapshot.manifests(self.io)
+            manifest_lists.add(snapshot.manifest_list)
+        statistics = {s.statistics_path for s in metadata.statistics}
+        statistics |= {s.statistics_path for s in metadata.partition_statistics}
+        delete_data_files(self.io, manifests)
+        delete_files(self.io, {m.manifest_path for m in manifests}, "manifest")
+        delete_files(self.io, manifest_lists, "manifest list")
+        delete_files(self.io, statistics, "statistics")
+        delete_files(self.io, {entry.metadata_file for entry in metadata.metadata_log}, "metadata")
+        delete_files(self.io, {metadata_location}, "metadata")
+
+
+def metadata_version(metadata_location: str) -> int:
+    """The version number in a metadata file's name (-1 if it has none).
+
+    >>> metadata_version("file:///w/t/metadata/00007-6c97e413-d51b-4538-ac70-12fe2a85cb83.metadata.json")
+    7
+    >>> metadata_version("file:///w/t/metadata/v3.metadata.json")
+    3
+    """
+    name = metadata_location.rsplit("/", 1)[-1]
+    found = _VERSIONED.fullmatch(name) or _HADOOP_STYLE.fullmatch(name)
+    return int(found.group(1)) if found else -1

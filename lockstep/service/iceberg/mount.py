@@ -1,0 +1,167 @@
+"""The Iceberg REST catalog as a sub-application of the service, behind its own front door.
+
+Requests under ``/iceberg`` leave the service app before its middleware and go to a FastAPI
+sub-application with the same front-door rules (``guard.Guard``: a known bearer token
+before any body is read, the body-size limit, JSON bodies only, same origin without a token
+file) and the same tokens, but whose every refusal, from the front door to a route, is in
+the Iceberg error model (``errors``) rather than the service's envelope: stock clients
+read the Iceberg one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from lockstep.errors import AuthenticationError, ConfigurationError, LockstepError
+from lockstep.meta_tables.store.base import MetadataStore
+from lockstep.service.auth import Role
+from lockstep.service.guard import _NO_BODY, ASGIApp, Guard, Receive, Scope, Send, _replay
+from lockstep.service.iceberg.config import IcebergSettings
+from lockstep.service.iceberg.errors import error_body, iceberg_error_body
+
+if TYPE_CHECKING:
+    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
+    from lockstep.service.iceberg.catalog import ServedCatalog
+
+log = logging.getLogger("lockstep.service.iceberg")
+PREFIX = "/iceberg"  # a client's uri is http://HOST:PORT/iceberg
+
+
+def mount_iceberg(
+    app: FastAPI,
+    store: MetadataStore,
+    settings: IcebergSettings,
+    *,
+    tokens: dict[str, Role] | None,
+    max_body_bytes: int,
+) -> None:
+    """Serve the Iceberg REST catalog of ``settings`` under ``/iceberg`` of ``app``, with
+    its pointers in ``store``'s database (which must be the SQL store)."""
+    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
+
+    if not isinstance(store, SqlMetadataStore):
+        raise ConfigurationError(
+            "the Iceberg REST catalog keeps its tables in the service's SQL store: serve "
+            "it from a sqlite:/// or postgresql:// store"
+        )
+    catalog = _served_catalog(store, settings)
+    iceberg = create_iceberg_app(catalog, tokens=tokens)
+    # added last, so outermost: /iceberg requests never reach the service's own front door
+    app.add_middleware(
+        IcebergMount, iceberg=IcebergGuard(iceberg, tokens=tokens, max_body_bytes=max_body_bytes)
+    )
+
+
+def _served_catalog(store: SqlMetadataStore, settings: IcebergSettings) -> ServedCatalog:
+    try:
+        from lockstep.service.iceberg.catalog import ServedCatalog
+        from lockstep.service.iceberg.files import TableFiles
+    except ModuleNotFoundError as e:
+        raise ConfigurationError(
+            f"the Iceberg REST catalog needs pyiceberg ({e.name} is missing): "
+            "pip install 'lockstep[service]'"
+        ) from e
+    return ServedCatalog(store.engine, TableFiles(settings), store.now)
+
+
+def create_iceberg_app(catalog: ServedCatalog, *, tokens: dict[str, Role] | None) -> FastAPI:
+    """The catalog's routes, answering every error in the Iceberg error model."""
+    from lockstep.service.iceberg.routes import build_router
+
+    app = FastAPI(
+        title="Lockstep Iceberg REST catalog", openapi_url=None, docs_url=None, redoc_url=None
+    )
+    app.state.tokens = tokens  # read by the service's Admin/Reader dependencies
+
+    @app.exception_handler(LockstepError)
+    def _lockstep_error(_request: Request, error: LockstepError) -> JSONResponse:
+        status, body = iceberg_error_body(error)
+        return JSONResponse(body, status_code=status, headers=_challenge(error))
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(_request: Request, error: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in e['loc'])}: {e['msg']}" for e in error.errors()
+        )
+        body = error_body(f"invalid request: {problems}", "BadRequestException", 400)
+        return JSONResponse(body, status_code=400)
+
+    @app.exception_handler(HTTPException)
+    def _http_error(request: Request, error: HTTPException) -> JSONResponse:
+        # Starlette's own refusals: no such route (see GET /v1/config's endpoints), wrong method
+        kind = "NoSuchEndpointException" if error.status_code == 404 else "BadRequestException"
+        message = f"{error.detail}: {request.method} {request.url.path}"
+        return JSONResponse(
+            error_body(message, kind, error.status_code),
+            status_code=error.status_code,
+            headers=error.headers,
+        )
+
+    @app.exception_handler(Exception)
+    def _unexpected(_request: Request, error: Exception) -> JSONResponse:
+        # a commit's outcome is then unknown to the client (500: CommitStateUnknown)
+        log.exception("Iceberg REST catalog request failed")
+        message = f"internal error ({type(error).__name__}); the service's log has the details"
+        return JSONResponse(error_body(message, "ServerErrorException", 500), status_code=500)
+
+    app.include_router(build_router(catalog))
+    return app
+
+
+def _challenge(error: LockstepError) -> dict[str, str] | None:
+    return {"WWW-Authenticate": "Bearer"} if isinstance(error, AuthenticationError) else None
+
+
+class IcebergGuard(Guard):
+    """The service's front door (``Guard``), refusing in the Iceberg error model."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in _NO_BODY:
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            self._check_headers(headers)
+            body = await self._read_body(headers, receive)
+        except LockstepError as error:
+            await _refuse(send, error)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+
+async def _refuse(send: Send, error: LockstepError) -> None:
+    status, body = iceberg_error_body(error)
+    payload = json.dumps(body).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        (b"connection", b"close"),
+    ]
+    headers += [(k.lower().encode(), v.encode()) for k, v in (_challenge(error) or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class IcebergMount:
+    """ASGI middleware: requests under ``/iceberg`` go to ``iceberg`` (their routes see the
+    rest of the path, as under a Starlette ``Mount``), every other request to ``app``."""
+
+    def __init__(self, app: ASGIApp, *, iceberg: ASGIApp) -> None:
+        self.app = app
+        self.iceberg = iceberg
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path, root = scope.get("path", ""), scope.get("root_path", "")
+        route = path[len(root) :] if root and path.startswith(root) else path
+        if scope["type"] == "http" and (route == PREFIX or route.startswith(PREFIX + "/")):
+            scope = {**scope, "root_path": root + PREFIX}
+            await self.iceberg(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

@@ -1,0 +1,253 @@
+"""The Iceberg REST catalog's routes (``open-api/rest-catalog-open-api.yaml``, no prefix).
+
+Reads need a read or admin token, changes an admin token (``Reader``/``Admin``, the
+service's own dependencies); a metrics report is accepted from any token, since a reader's
+scans send them too. Bodies arrive as parsed JSON and are validated by ``models.parse``, so
+that a malformed one is a 400 in the Iceberg error model. Endpoints are plain ``def``: the
+store and the files are synchronous, FastAPI runs them on its thread pool.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query, Response
+from pyiceberg.catalog.rest import (
+    Capability,
+    Endpoint,
+    HttpMethod,
+    ListNamespaceResponse,
+    ListTableResponseEntry,
+    ListTablesResponse,
+    NamespaceResponse,
+    TableResponse,
+    UpdateNamespacePropertiesResponse,
+)
+from pyiceberg.table import CommitTableResponse, TableIdentifier
+from pyiceberg.typedef import IcebergBaseModel
+
+from lockstep.errors import InvalidRequestError
+from lockstep.service.deps import Admin, Reader
+from lockstep.service.iceberg.catalog import LoadedTable, NewTable, ServedCatalog
+from lockstep.service.iceberg.commit import TableChange
+from lockstep.service.iceberg.models import (
+    CommitTableIn,
+    CommitTransactionIn,
+    CreateNamespaceIn,
+    CreateTableIn,
+    RegisterTableIn,
+    RenameTableIn,
+    UpdateNamespacePropertiesIn,
+    parse,
+)
+from lockstep.service.iceberg.names import (
+    Namespace,
+    TableName,
+    namespace_from_path,
+    namespace_of,
+    table_name,
+)
+
+JsonBody = Annotated[Any, Body()]
+_PREFIX = "/v1/{prefix}"
+# What GET /v1/config says this catalog serves (clients check before calling).
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Capability.V1_LIST_NAMESPACES,
+    Capability.V1_CREATE_NAMESPACE,
+    Capability.V1_LOAD_NAMESPACE,
+    Capability.V1_NAMESPACE_EXISTS,
+    Capability.V1_DELETE_NAMESPACE,
+    Capability.V1_UPDATE_NAMESPACE,
+    Capability.V1_LIST_TABLES,
+    Capability.V1_CREATE_TABLE,
+    Capability.V1_LOAD_TABLE,
+    Capability.V1_TABLE_EXISTS,
+    Capability.V1_UPDATE_TABLE,
+    Capability.V1_DELETE_TABLE,
+    Capability.V1_RENAME_TABLE,
+    Capability.V1_REGISTER_TABLE,
+    Endpoint(
+        http_method=HttpMethod.POST,
+        path=f"{_PREFIX}/namespaces/{{namespace}}/tables/{{table}}/metrics",
+    ),
+    Endpoint(http_method=HttpMethod.POST, path=f"{_PREFIX}/transactions/commit"),
+)
+
+
+def _json(model: IcebergBaseModel) -> Response:
+    return Response(model.model_dump_json(), media_type="application/json")
+
+
+def _no_content() -> Response:
+    return Response(status_code=204)
+
+
+def _table(namespace: str, table: str) -> TableName:
+    return table_name(namespace_from_path(namespace), table)
+
+
+def _identified(identifier: TableIdentifier) -> TableName:
+    return table_name(namespace_of(identifier.namespace.root), identifier.name)
+
+
+def _loaded(table: LoadedTable) -> Response:
+    response = {"metadata-location": table.metadata_location, "metadata": table.metadata}
+    return _json(TableResponse.model_validate(response))
+
+
+def build_router(catalog: ServedCatalog) -> APIRouter:
+    """Every route of the catalog, over ``catalog``."""
+    router = APIRouter(prefix="/v1")
+
+    @router.get("/config")
+    def get_config(_: Reader, warehouse: str | None = None) -> dict[str, Any]:
+        # one warehouse per service: a client's ``warehouse`` property changes nothing
+        return {"defaults": {}, "overrides": {}, "endpoints": [str(e) for e in ENDPOINTS]}
+
+    _add_namespaces(router, catalog)
+    _add_tables(router, catalog)
+    _add_commits(router, catalog)
+    return router
+
+
+def _add_namespaces(router: APIRouter, catalog: ServedCatalog) -> None:
+    @router.get("/namespaces")
+    def list_namespaces(
+        _: Reader,
+        parent: str | None = None,
+        page_token: Annotated[str | None, Query(alias="pageToken")] = None,
+        page_size: Annotated[int | None, Query(alias="pageSize")] = None,
+    ) -> Response:
+        # one page holds every namespace (no next-page-token), as the spec allows
+        under: Namespace = namespace_from_path(parent) if parent else ()
+        found = catalog.list_namespaces(under)
+        return _json(ListNamespaceResponse(namespaces=found))
+
+    @router.post("/namespaces")
+    def create_namespace(body: JsonBody, _: Admin) -> Response:
+        request = parse(CreateNamespaceIn, body)
+        namespace = namespace_of(request.namespace)
+        properties = catalog.create_namespace(namespace, request.properties)
+        return _json(NamespaceResponse(namespace=namespace, properties=properties))
+
+    @router.get("/namespaces/{namespace}")
+    def load_namespace(namespace: str, _: Reader) -> Response:
+        levels = namespace_from_path(namespace)
+        properties = catalog.namespace_properties(levels)
+        return _json(NamespaceResponse(namespace=levels, properties=properties))
+
+    @router.head("/namespaces/{namespace}")
+    def namespace_exists(namespace: str, _: Reader) -> Response:
+        catalog.namespace_properties(namespace_from_path(namespace))  # 404 if missing
+        return _no_content()
+
+    @router.delete("/namespaces/{namespace}")
+    def drop_namespace(namespace: str, _: Admin) -> Response:
+        catalog.drop_namespace(namespace_from_path(namespace))
+        return _no_content()
+
+    @router.post("/namespaces/{namespace}/properties")
+    def update_namespace_properties(namespace: str, body: JsonBody, _: Admin) -> Response:
+        request = parse(UpdateNamespacePropertiesIn, body)
+        changes = catalog.update_namespace_properties(
+            namespace_from_path(namespace), request.removals, request.updates
+        )
+        return _json(
+            UpdateNamespacePropertiesResponse(
+                updated=changes.updated, removed=changes.removed, missing=changes.missing
+            )
+        )
+
+
+def _add_tables(router: APIRouter, catalog: ServedCatalog) -> None:
+    @router.get("/namespaces/{namespace}/tables")
+    def list_tables(
+        namespace: str,
+        _: Reader,
+        page_token: Annotated[str | None, Query(alias="pageToken")] = None,
+        page_size: Annotated[int | None, Query(alias="pageSize")] = None,
+    ) -> Response:
+        tables = catalog.list_tables(namespace_from_path(namespace))
+        entries = [ListTableResponseEntry(namespace=t.namespace, name=t.name) for t in tables]
+        return _json(ListTablesResponse(identifiers=entries))
+
+    @router.post("/namespaces/{namespace}/tables")
+    def create_table(namespace: str, body: JsonBody, _: Admin) -> Response:
+        request = parse(CreateTableIn, body)
+        new = NewTable(
+            table=table_name(namespace_from_path(namespace), request.name),
+            schema=request.table_schema,
+            location=request.location,
+            partition_spec=request.partition_spec,
+            sort_order=request.write_order,
+            properties=request.properties,
+        )
+        return _loaded(catalog.create_table(new, stage_only=request.stage_create))
+
+    @router.post("/namespaces/{namespace}/register")
+    def register_table(namespace: str, body: JsonBody, _: Admin) -> Response:
+        request = parse(RegisterTableIn, body)
+        table = table_name(namespace_from_path(namespace), request.name)
+        loaded = catalog.register_table(
+            table, request.metadata_location, overwrite=request.overwrite
+        )
+        return _loaded(loaded)
+
+    @router.get("/namespaces/{namespace}/tables/{table}")
+    def load_table(namespace: str, table: str, _: Reader, snapshots: str | None = None) -> Response:
+        # every snapshot is returned whatever ``snapshots`` asks (``refs`` is an option)
+        return _loaded(catalog.load_table(_table(namespace, table)))
+
+    @router.head("/namespaces/{namespace}/tables/{table}")
+    def table_exists(namespace: str, table: str, _: Reader) -> Response:
+        if not catalog.table_exists(_table(namespace, table)):
+            return Response(status_code=404)
+        return _no_content()
+
+    @router.delete("/namespaces/{namespace}/tables/{table}")
+    def drop_table(
+        namespace: str,
+        table: str,
+        _: Admin,
+        purge: Annotated[bool, Query(alias="purgeRequested")] = False,
+    ) -> Response:
+        catalog.drop_table(_table(namespace, table), purge=purge)
+        return _no_content()
+
+    @router.post("/tables/rename")
+    def rename_table(body: JsonBody, _: Admin) -> Response:
+        request = parse(RenameTableIn, body)
+        catalog.rename_table(_identified(request.source), _identified(request.destination))
+        return _no_content()
+
+    @router.post("/namespaces/{namespace}/tables/{table}/metrics")
+    def report_metrics(namespace: str, table: str, _: Reader, body: JsonBody = None) -> Response:
+        return _no_content()  # accepted and dropped: this catalog keeps no scan metrics
+
+
+def _add_commits(router: APIRouter, catalog: ServedCatalog) -> None:
+    @router.post("/namespaces/{namespace}/tables/{table}")
+    def commit_table(namespace: str, table: str, body: JsonBody, _: Admin) -> Response:
+        request = parse(CommitTableIn, body)
+        target = _table(namespace, table)
+        if request.identifier is not None and _identified(request.identifier) != target:
+            raise InvalidRequestError(
+                f"the commit's identifier {'.'.join(request.identifier.namespace.root)}."
+                f"{request.identifier.name} is not the table of the path, {target}"
+            )
+        change = TableChange(target, request.requirements, request.updates)
+        (staged,) = catalog.commit([change])
+        response = {"metadata-location": staged.location, "metadata": staged.metadata}
+        return _json(CommitTableResponse.model_validate(response))
+
+    @router.post("/transactions/commit")
+    def commit_transaction(body: JsonBody, _: Admin) -> Response:
+        request = parse(CommitTransactionIn, body)
+        if not request.table_changes:
+            raise InvalidRequestError("the transaction holds no table changes")
+        changes = [
+            TableChange(_identified(c.identifier), c.requirements, c.updates)
+            for c in request.table_changes
+        ]
+        catalog.commit(changes)
+        return _no_content()

@@ -1,0 +1,44 @@
+"""A real service serving the Iceberg REST catalog on loopback, configured as an operator
+would (a TOML file with an ``[iceberg]`` table), for the stock-client tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from service_fixtures import ADMIN_TOKEN, READ_TOKEN, running
+
+
+@dataclass(frozen=True)
+class CatalogService:
+    uri: str  # what a client's catalog ``uri`` is: http://127.0.0.1:PORT/iceberg
+    warehouse: Path
+
+
+@pytest.fixture
+def iceberg_service(tmp_path: Path) -> Iterator[CatalogService]:
+    """``lockstep serve --config service.toml`` with admin and read tokens, in a thread."""
+    pytest.importorskip("pyiceberg")
+    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
+    from lockstep.service.app import create_app
+    from lockstep.service.auth import load_tokens
+    from lockstep.service.settings import ServiceSettings
+
+    warehouse = tmp_path / "warehouse"
+    token_file = tmp_path / "tokens"
+    token_file.write_text(f"admin {ADMIN_TOKEN}\nread {READ_TOKEN}\n")
+    token_file.chmod(0o600)
+    config = tmp_path / "service.toml"
+    config.write_text(
+        f'store = "sqlite:///{tmp_path / "svc.db"}"\n'
+        f'token_file = "{token_file}"\n'
+        f'[iceberg]\nwarehouse = "file://{warehouse}"\n'
+    )
+    settings = ServiceSettings.load(config)
+    store = SqlMetadataStore.open(settings.store)
+    app = create_app(store, tokens=load_tokens(token_file), iceberg=settings.iceberg)
+    with running(app) as url:
+        yield CatalogService(f"{url}/iceberg", warehouse)
+    store.close()
