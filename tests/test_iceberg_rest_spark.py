@@ -76,8 +76,17 @@ def test_spark_creates_inserts_merges_branches_and_time_travels(
     ]
     assert set(amounts.metadata.refs) == {"main", "audit"}
 
+    # publish the branch (Lockstep's jobs do), a staged create (CTAS), a rename
+    spark.sql(f"CALL {cat}.system.fast_forward('shop.amounts', 'main', 'audit')")
+    assert rows(f"SELECT count(*) FROM {table}") == [(4,)]
+    spark.sql(
+        f"CREATE TABLE {cat}.shop.big USING iceberg AS SELECT * FROM {table} WHERE amount > 50"
+    )
+    spark.sql(f"ALTER TABLE {cat}.shop.big RENAME TO shop.large")  # the target has no catalog
+    assert rows(f"SELECT user_id FROM {cat}.shop.large ORDER BY user_id") == [("u1",), ("u2",)]
+
     # a read token reads, and its writes are refused by the catalog
     reader, rcat = rest_session(spark_base, iceberg_service, READ_TOKEN)
-    assert reader.sql(f"SELECT count(*) FROM {rcat}.shop.amounts").collect()[0][0] == 3
+    assert reader.sql(f"SELECT count(*) FROM {rcat}.shop.amounts").collect()[0][0] == 4
     with pytest.raises(Exception, match="admin token"):
         reader.sql(f"INSERT INTO {rcat}.shop.amounts VALUES ('u4', 4)").collect()
