@@ -333,3 +333,15 @@ def test_duckdb_attaches_the_catalog_and_reads(
         "SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = 'ls'"
     ).fetchall()
     assert tables == [("shop", "amounts")]
+    # DuckDB commits through POST /v1/transactions/commit, which needs an admin token
+    with pytest.raises(duckdb.Error, match=r"transactions/commit.*Forbidden_403"):
+        con.execute("INSERT INTO ls.shop.amounts VALUES ('u3', 1)")
+
+    # with an admin token DuckDB writes too: its commit is the catalog's, pyiceberg sees it
+    con.execute(f"CREATE SECRET ls_admin (TYPE iceberg, TOKEN '{ADMIN_TOKEN}')")
+    con.execute(
+        f"ATTACH 'warehouse' AS lsw (TYPE iceberg, ENDPOINT '{iceberg_service.uri}', "
+        "SECRET ls_admin)"
+    )
+    con.execute("INSERT INTO lsw.shop.amounts VALUES ('u3', 1)")
+    assert catalog.load_table("shop.amounts").scan().to_arrow().num_rows == 3
