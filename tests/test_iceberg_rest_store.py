@@ -122,3 +122,24 @@ def test_a_commit_overtaken_between_read_and_swap_starts_again(
     assert not Path(calls[0].removeprefix("file://")).exists()  # the orphan is gone
     log = [e.metadata_file for e in served.load_table(two).metadata.metadata_log]
     assert len(log) == 2  # created, "first", then "second" on top of it
+
+
+@pytest.mark.parametrize(
+    ("table", "problem"),
+    [
+        ('warehouse = "/srv/warehouse"', "iceberg.warehouse: Value error, the warehouse is a URI"),
+        ('warehouse = "file://srv/warehouse"', "iceberg.warehouse: Value error, a file warehouse"),
+        ('warehouse = "file:///w"\nbogus = 1', "iceberg.bogus: Extra inputs are not permitted"),
+        ("io = {}", "iceberg.warehouse: Field required"),
+    ],
+)
+def test_the_iceberg_settings_refuse_what_cannot_work(
+    tmp_path: Path, table: str, problem: str
+) -> None:
+    from lockstep.errors import ConfigurationError
+    from lockstep.service.settings import ServiceSettings
+
+    config = tmp_path / "service.toml"
+    config.write_text(f"[iceberg]\n{table}\n")
+    with pytest.raises(ConfigurationError, match=problem):
+        ServiceSettings.load(config)
