@@ -32,6 +32,7 @@ from lockstep.errors import ConfigurationError
 from lockstep.stores import is_embedded, normalize_store_url
 
 HOME_ENV = "LOCKSTEP_HOME"
+TOKEN_ENV = "LOCKSTEP_TOKEN"  # a service's bearer token, when none is given
 DEFAULT_HOME = ".lockstep"
 STORE_FILE = "lockstep.db"
 WAREHOUSE_DIR = "warehouse"

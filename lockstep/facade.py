@@ -13,7 +13,7 @@ from lockstep.barrier.iceberg.catalog import IcebergCatalog
 from lockstep.barrier.iceberg.tables import IcebergTables
 from lockstep.barrier.model import Barrier, Revision, TableStatus
 from lockstep.barrier.session import JobSession
-from lockstep.config import LockstepConfig
+from lockstep.config import TOKEN_ENV, LockstepConfig
 from lockstep.errors import ConfigurationError, LockstepError
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, SnapshotSet
@@ -271,7 +271,8 @@ def connect(
 
     ``target``: None (``$LOCKSTEP_HOME`` or ``./.lockstep``), a home directory (metadata
     file + Iceberg warehouse), a store URL (``sqlite:///…``, ``postgresql://…``), or a
-    coordinator service (``http://host:port``, with its bearer ``token``). ``catalog``
+    coordinator service (``http://host:port``, with its bearer ``token``, else
+    ``$LOCKSTEP_TOKEN``). ``catalog``
     names the Iceberg catalog with the keys of a home's ``[catalog]`` table (``type``,
     ``uri``, ``warehouse``, ...; docs/deploy.md); ``warehouse`` is short for a Hadoop
     catalog over that local directory. ``spark`` (a ``[spark]`` table: ``master``, ``jars``,
@@ -290,6 +291,8 @@ def connect(
         config = config.with_spark(spark)
     if not config.is_remote:
         config.prepare()
+    elif token is None:
+        token = os.environ.get(TOKEN_ENV) or None
     store = open_store(
         config.store_url, token=token, timeout_s=timeout_s, query_timeout_s=query_timeout_s
     )

@@ -337,3 +337,15 @@ def test_invalid_service_settings_never_echo_a_value(tmp_path: Path) -> None:
     assert "port:" in str(e.value)
     assert "catalog:" in str(e.value)
     assert "hunter2" not in str(e.value)
+
+
+def test_connect_takes_the_services_token_from_the_environment(
+    served: tuple[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, tokens = served
+    monkeypatch.setenv("LOCKSTEP_TOKEN", tokens["admin"])
+    with lockstep.connect(url) as ls:
+        assert ls.issue_barrier().barrier_id == 1
+    monkeypatch.setenv("LOCKSTEP_TOKEN", tokens["read"])
+    with lockstep.connect(url, token=tokens["admin"]) as ls:  # an explicit token wins
+        assert ls.issue_barrier().barrier_id == 2

@@ -50,12 +50,17 @@ def cmd_run(args: argparse.Namespace) -> Output:
             for job in jobs
         ]
         # after Spark starts: PySpark's own SIGINT handler would cancel the running Spark job
+        how = (
+            "processing the barriers available now, then stopping"
+            if args.until_idle
+            else "processing barriers as they come, Ctrl-C stops between two"
+        )
         with stop_on_signals("stopping after the current barrier") as stop:
             for runner in runners:  # in the order given: upstream first
                 runner.start()
                 progress(
                     f"job {runner.job.job_id} attached (fencing token {runner.session.token}); "
-                    "processing barriers as they come, Ctrl-C stops between two"
+                    + how
                 )
             done = run_jobs(
                 runners, stop=stop, max_barriers=args.barriers, until_idle=args.until_idle

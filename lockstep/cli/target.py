@@ -8,12 +8,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lockstep.config import TOKEN_ENV
 from lockstep.errors import AuthenticationError, ConfigurationError
 
 if TYPE_CHECKING:
     from lockstep.facade import Lockstep
 
-TOKEN_ENV = "LOCKSTEP_TOKEN"
 TOKEN_HELP = (
     "give the service's token with --token TOKEN, --token-file FILE (the token alone on a "
     f"line) or ${TOKEN_ENV}"
