@@ -85,8 +85,22 @@ def test_spark_creates_inserts_merges_branches_and_time_travels(
     spark.sql(f"ALTER TABLE {cat}.shop.big RENAME TO shop.large")  # the target has no catalog
     assert rows(f"SELECT user_id FROM {cat}.shop.large ORDER BY user_id") == [("u1",), ("u2",)]
 
+    # schema and property changes, a tag, a delete, a purge
+    spark.sql(f"ALTER TABLE {table} ADD COLUMN note string")
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('comment.team' = 'data-eng')")
+    spark.sql(f"ALTER TABLE {table} CREATE TAG before_cleanup")
+    spark.sql(f"DELETE FROM {table} WHERE user_id = 'u9'")
+    assert rows(f"SELECT count(*) FROM {table} VERSION AS OF 'before_cleanup'") == [(4,)]
+    assert rows(f"SELECT * FROM {table} WHERE user_id = 'u3'") == [("u3", 7, None)]
+    props = dict(rows(f"SHOW TBLPROPERTIES {table}"))
+    assert props["comment.team"] == "data-eng"
+    large = iceberg_service.warehouse / "shop" / "big"  # a table keeps its first location
+    assert list(large.rglob("*.parquet"))
+    spark.sql(f"DROP TABLE {cat}.shop.large PURGE")
+    assert not list(large.rglob("*.parquet"))
+
     # a read token reads, and its writes are refused by the catalog
     reader, rcat = rest_session(spark_base, iceberg_service, READ_TOKEN)
-    assert reader.sql(f"SELECT count(*) FROM {rcat}.shop.amounts").collect()[0][0] == 4
+    assert reader.sql(f"SELECT count(*) FROM {rcat}.shop.amounts").collect()[0][0] == 3
     with pytest.raises(Exception, match="admin token"):
-        reader.sql(f"INSERT INTO {rcat}.shop.amounts VALUES ('u4', 4)").collect()
+        reader.sql(f"INSERT INTO {rcat}.shop.amounts VALUES ('u4', 4, 'x')").collect()
