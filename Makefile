@@ -14,7 +14,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,spark,service,kafka]' --config-settings editable_mode=strict
+	$(BIN)/pip install -q -e '.[dev,spark,service,kafka,lineage]' --config-settings editable_mode=strict
 	touch $@
 
 demo: $(VENV)/.installed
