@@ -345,3 +345,95 @@ def test_duckdb_attaches_the_catalog_and_reads(
     )
     con.execute("INSERT INTO lsw.shop.amounts VALUES ('u3', 1)")
     assert catalog.load_table("shop.amounts").scan().to_arrow().num_rows == 3
+
+
+MALFORMED_CHANGES = [
+    {"updates": [{"action": "set-statistics"}]},  # pyiceberg's validator: a KeyError
+    {"updates": [{"action": "add-encryption-key", "key": {}}]},  # unknown to pyiceberg 0.12
+    {"updates": [{"action": "set-current-schema", "schema-id": 42}]},
+    {"updates": [{"action": "remove-schemas", "schema-ids": [0]}]},
+    {"updates": [{"action": "upgrade-format-version", "format-version": 1}]},
+    {
+        "updates": [
+            {
+                "action": "add-spec",
+                "spec": {
+                    "spec-id": 1,
+                    "fields": [
+                        {"source-id": 99, "field-id": 1000, "name": "x", "transform": "identity"}
+                    ],
+                },
+            },
+            {"action": "set-default-spec", "spec-id": -1},
+        ]
+    },
+    {"requirements": [{"type": "assert-table-uuid", "uuid": "x"}]},
+    {"identifier": {"namespace": ["shop"], "name": "other"}},
+    [1, 2],
+]
+
+
+def test_malformed_commits_are_400_and_change_nothing(iceberg_service: CatalogService) -> None:
+    catalog = rest_catalog(iceberg_service, ADMIN_TOKEN)
+    catalog.create_namespace("shop")
+    before = catalog.create_table("shop.amounts", SCHEMA).metadata_location
+    url = f"{iceberg_service.uri}/v1/namespaces/shop/tables/amounts"
+    auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    for body in MALFORMED_CHANGES:
+        response = httpx.post(url, json=body, headers=auth)
+        assert response.status_code == 400, (body, response.text)
+        assert response.json()["error"]["type"] == "BadRequestException"
+    assert catalog.load_table("shop.amounts").metadata_location == before
+    table = {"name": "v", "schema": {"type": "struct", "fields": []}}
+    create = f"{iceberg_service.uri}/v1/namespaces/shop/tables"
+    for properties in ({"format-version": "9"}, {"write.metadata.path": "file:///tmp"}):
+        response = httpx.post(create, json={**table, "properties": properties}, headers=auth)
+        assert response.status_code == 400, response.text
+
+
+def test_random_commit_bodies_never_get_a_server_error(iceberg_service: CatalogService) -> None:
+    """Random changes built from the spec's action and field names: any answer but 5xx."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    catalog = rest_catalog(iceberg_service, ADMIN_TOKEN)
+    catalog.create_namespace("shop")
+    catalog.create_table("shop.amounts", SCHEMA).append(rows(("u1", 1)))
+    url = f"{iceberg_service.uri}/v1/namespaces/shop/tables/amounts"
+    auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    actions = ["assign-uuid", "upgrade-format-version", "add-schema", "set-current-schema"]
+    actions += ["add-spec", "set-default-spec", "add-sort-order", "set-default-sort-order"]
+    actions += ["add-snapshot", "set-snapshot-ref", "remove-snapshots", "remove-snapshot-ref"]
+    actions += ["set-location", "set-properties", "remove-properties", "set-statistics"]
+    keys = ["uuid", "format-version", "schema", "schema-id", "spec", "spec-id", "sort-order"]
+    keys += ["sort-order-id", "snapshot", "ref-name", "type", "snapshot-id", "snapshot-ids"]
+    keys += ["location", "updates", "removals", "statistics", "ref", "current-schema-id"]
+    scalars = st.none() | st.booleans() | st.integers(-2, 3) | st.sampled_from(["main", "x", ""])
+    values = st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(keys), inner, max_size=3)
+        ),
+        max_leaves=6,
+    )
+    update = st.fixed_dictionaries({"action": st.sampled_from(actions)}).flatmap(
+        lambda head: st.dictionaries(st.sampled_from(keys), values, max_size=3).map(
+            lambda rest: {**rest, **head}
+        )
+    )
+    requirement = st.fixed_dictionaries(
+        {"type": st.sampled_from(["assert-ref-snapshot-id", "assert-current-schema-id"])}
+    ).flatmap(
+        lambda head: st.dictionaries(st.sampled_from(keys), values, max_size=2).map(
+            lambda rest: {**rest, **head}
+        )
+    )
+
+    @given(st.lists(update, max_size=3), st.lists(requirement, max_size=2))
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    def commit(updates: list[Any], requirements: list[Any]) -> None:
+        body = {"updates": updates, "requirements": requirements}
+        response = httpx.post(url, json=body, headers=auth)
+        assert response.status_code < 500, (body, response.text)
+
+    commit()

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
@@ -179,7 +180,7 @@ class ServedCatalog:
                 location=location,
                 properties=dict(new.properties or {}),  # a copy: it pops format-version
             )
-        except ValueError as e:
+        except (ValueError, IcebergValidationError) as e:
             raise InvalidRequestError(f"cannot create table {str(table)!r}: {e}") from e
         if stage_only:
             return LoadedTable(metadata, None)

@@ -24,6 +24,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV1
 from pyiceberg.table.update import (
@@ -128,7 +129,9 @@ def stage(files: TableFiles, change: TableChange, base_location: str | None) -> 
             enforce_validation=base is None,
             metadata_location=base_location,
         )
-    except (ValueError, ValidationError) as e:  # pydantic's is a ValueError too
+    except (ValueError, ValidationError, IcebergValidationError, KeyError, IndexError) as e:
+        # the updates contradict the table or each other (a field no schema has, a
+        # snapshot that does not exist...): the client's to fix
         raise InvalidRequestError(f"cannot apply the updates to {str(table)!r}: {e}") from e
     files.checked_location(metadata.location)
     return Staged(table, base_location, metadata, files.write_next(metadata, base_location))

@@ -82,6 +82,11 @@ def parse(model: type[M], body: Any) -> M:
     where (never echoing the values: they may be large, or credentials)."""
     try:
         return model.model_validate(body)
+    except (KeyError, TypeError, AttributeError, IndexError) as e:
+        # a few of pyiceberg's own validators index into the input before checking it
+        raise InvalidRequestError(
+            f"invalid {_request_name(model)}: malformed ({type(e).__name__}: {e})"
+        ) from None
     except ValidationError as e:
         problems = "; ".join(
             f"{'.'.join(str(part) for part in error['loc']) or '(body)'}: {error['msg']}"
