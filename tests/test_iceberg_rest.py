@@ -437,3 +437,41 @@ def test_random_commit_bodies_never_get_a_server_error(iceberg_service: CatalogS
         assert response.status_code < 500, (body, response.text)
 
     commit()
+
+
+def test_racing_transactions_move_both_tables_or_neither(iceberg_service: CatalogService) -> None:
+    """Writers racing on the same two tables: each transaction lands on both (204) or on
+    neither (409 after the catalog's retries); no file of a refused one is left behind."""
+    import threading
+    from collections import Counter
+
+    catalog = rest_catalog(iceberg_service, ADMIN_TOKEN)
+    catalog.create_namespace("shop")
+    for name in ("amounts", "prices"):
+        catalog.create_table(f"shop.{name}", SCHEMA)
+    url = f"{iceberg_service.uri}/v1/transactions/commit"
+    answers: Counter[int] = Counter()
+
+    def writer(i: int) -> None:
+        with httpx.Client(headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
+            for j in range(5):
+                stamp = [{"action": "set-properties", "updates": {f"writer{i}": str(j)}}]
+                changes = [
+                    {"identifier": {"namespace": ["shop"], "name": name}, "updates": stamp}
+                    for name in ("amounts", "prices")
+                ]
+                answers[client.post(url, json={"table-changes": changes}).status_code] += 1
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert set(answers) <= {204, 409}
+    assert answers[204] >= 1
+    amounts, prices = catalog.load_table("shop.amounts"), catalog.load_table("shop.prices")
+    assert amounts.properties == prices.properties
+    for table in (amounts, prices):
+        assert len(table.metadata.metadata_log) == answers[204]
+        folder = Path(table.metadata_location.removeprefix("file://")).parent
+        assert len(list(folder.glob("*.metadata.json"))) == answers[204] + 1
