@@ -34,11 +34,12 @@ def test_a_version_3_store_gains_the_iceberg_catalog_tables(tmp_path: Path) -> N
         connection.execute(text("INSERT INTO ls_barrier (barrier_id, ts) VALUES (1, 0)"))
     engine.dispose()
 
+    assert migrations.CURRENT_VERSION >= 4  # the catalog's tables came with version 4
     store = SqlMetadataStore.open(url)
     assert set(inspect(store.engine).get_table_names()) >= ICEBERG_TABLES
     assert store.list_barriers()[0].barrier_id == 1  # data kept
     with store.engine.connect() as connection:
-        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 4
+        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION
         assert connection.execute(text("SELECT count(*) FROM ls_iceberg_table")).scalar() == 0
     store.close()
     reopened = create_store_engine(url)
