@@ -34,6 +34,7 @@ from lockstep.barrier.model import Barrier
 from lockstep.barrier.ports import JobRuntimeStore
 from lockstep.barrier.runtime.context import BarrierContext
 from lockstep.barrier.runtime.heartbeat import HEARTBEAT_S, Heartbeat
+from lockstep.barrier.runtime.lineage import lineage_emitter
 from lockstep.barrier.session import JobSession
 from lockstep.barrier.sources.base import AfterWritten, RootSource
 from lockstep.errors import LockstepError
@@ -101,6 +102,7 @@ class JobRunner:
         self._progress = progress or (lambda _message: None)
         self._session: JobSession | None = None
         self._interrupted = False  # a barrier failed part-way; recover before going on
+        self._lineage = lineage_emitter(store, job.spec(), tables)  # OpenLineage, if configured
         tables.register_catalog(spark)
 
     @property
@@ -132,6 +134,7 @@ class JobRunner:
             for table in self.job.sinks:
                 if self.tables.exists(self.spark, table):
                     self.tables.reset_branch(self.spark, table, self.job.job_id)
+            self._lineage.dropped(barrier_id)
             self._progress(f"{self.job.job_id}: dropped dirty barrier {barrier_id}; replaying it")
 
     def _undo_stale_publishes(self) -> None:
@@ -233,8 +236,12 @@ class JobRunner:
 
     def run_barrier(self, barrier: Barrier) -> None:
         """Process one barrier through the whole protocol (DESIGN §4)."""
-        staged = self.stage(barrier)
-        self.publish(barrier.barrier_id, staged)
+        try:
+            staged = self.stage(barrier)
+            self.publish(barrier.barrier_id, staged)
+        except BaseException as e:
+            self._lineage.interrupted(barrier.barrier_id, e)
+            raise
         self._progress(f"{self.job.job_id}: barrier {barrier.barrier_id} written")
 
     def stage(self, barrier: Barrier) -> dict[str, int | None]:
@@ -245,6 +252,7 @@ class JobRunner:
         _fault_point("started", b, job_id)
         previous = self._previous_barrier(b)
         cuts = self._input_cuts(barrier, previous)
+        self._lineage.started(barrier, cuts)
         for table in self.job.sinks:
             if self.tables.exists(self.spark, table):
                 self.tables.reset_branch(self.spark, table, job_id)
@@ -282,7 +290,8 @@ class JobRunner:
             table: self._publish(table, barrier_id, staged.get(table)) for table in self.job.sinks
         }
         _fault_point("after_publish", barrier_id, self.job.job_id)
-        self.session.report_written(barrier_id, published)
+        written = self.session.report_written(barrier_id, published)
+        self._lineage.completed(barrier_id, written)
         self._after_written(barrier_id)
         _fault_point("after_written", barrier_id, self.job.job_id)
 
