@@ -157,3 +157,18 @@ def test_durability_benchmark_compares_full_with_normal(tmp_path: Path) -> None:
     assert {c["op"] for c in result["cost"]} == {*ops, "floor: insert+commit"}
     assert all(c["full"] > 0 and c["normal"] > 0 for c in result["cost"])
     assert "Cost of durability (p50 ms, FULL over NORMAL)" in stdout
+
+
+def test_registration_benchmark_times_the_nth_job_beside_the_whole_graph_check(
+    tmp_path: Path,
+) -> None:
+    result, stdout = run_bench(tmp_path, "registration.py")
+    figures = {f["op"]: f for f in result["figures"]}
+    assert result["jobs"] == 300
+    windows = [op for op in figures if op.startswith("register_job #")]
+    assert windows == ["register_job #1-100", "register_job #201-300"]
+    for op in [*windows, "whole-graph check at 300 jobs"]:
+        assert 0 < figures[op]["p50_ms"] <= figures[op]["p99_ms"], op
+        assert figures[op]["baseline"] == "floor: insert+commit", op
+    assert result["total_s"] > 0
+    assert "300 registrations in" in stdout

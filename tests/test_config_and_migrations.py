@@ -65,7 +65,7 @@ def test_older_store_is_upgraded_step_by_step(tmp_path: Path) -> None:
 
 def test_newer_store_is_refused(tmp_path: Path) -> None:
     engine = create_store_engine(f"sqlite:///{tmp_path / 's.db'}")
-    migrations.migrate(engine, current=5, steps={})
+    migrations.migrate(engine, current=migrations.CURRENT_VERSION + 1, steps={})
     with pytest.raises(StoreVersionError, match="upgrade Lockstep"):
         migrations.migrate(engine)
 
@@ -90,6 +90,7 @@ def test_a_version_1_store_gains_the_operations_tables_and_heartbeats(tmp_path: 
                 "NULL, attached_at BIGINT NOT NULL, PRIMARY KEY (job_id, token))"
             )
         )
+        connection.execute(text("DROP INDEX ix_ls_job_source_table_name"))  # before version 5
         connection.execute(insert(SchemaVersionRow).values(version=1, applied_at=_EPOCH))
         connection.execute(text("INSERT INTO ls_barrier (barrier_id, ts) VALUES (1, 0)"))
         connection.execute(text("INSERT INTO ls_job_instance VALUES ('j', 1, 0)"))
@@ -100,7 +101,9 @@ def test_a_version_1_store_gains_the_operations_tables_and_heartbeats(tmp_path: 
     assert store.list_barriers()[0].barrier_id == 1  # data kept
     assert store.revisions() == []
     with store.engine.connect() as connection:
-        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 4
+        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 5
         kept = connection.execute(text("SELECT job_id, token, seen_at FROM ls_job_instance"))
         assert kept.all() == [("j", 1, None)]  # the instance kept, never seen since
+    indexes = {i["name"] for i in inspect(store.engine).get_indexes("ls_job_source")}
+    assert "ix_ls_job_source_table_name" in indexes
     store.close()

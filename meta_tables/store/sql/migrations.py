@@ -16,11 +16,11 @@ from datetime import datetime, timezone
 from sqlalchemy import Connection, Engine, insert, inspect, select, text
 
 from lockstep.errors import StoreVersionError
-from lockstep.meta_tables.store.sql.schema import Base, SchemaVersionRow
+from lockstep.meta_tables.store.sql.schema import Base, JobSourceRow, SchemaVersionRow
 
 MigrationStep = Callable[[Connection], None]
 
-CURRENT_VERSION = 4
+CURRENT_VERSION = 5
 _PG_MIGRATION_LOCK = 0x4C6F636B  # advisory lock key: one migrating process at a time
 
 
@@ -54,11 +54,22 @@ def _add_iceberg_catalog_tables(connection: Connection) -> None:
 
 _V4_TABLES = ("ls_iceberg_namespace", "ls_iceberg_table")
 
+
+def _index_job_sources_by_table(connection: Connection) -> None:
+    """Version 5: the jobs reading a table, by index (registration walks downstream)."""
+    table = Base.metadata.tables[JobSourceRow.__tablename__]
+    index = next(i for i in table.indexes if i.name == _V5_INDEX)
+    index.create(connection, checkfirst=True)
+
+
+_V5_INDEX = "ix_ls_job_source_table_name"
+
 # STEPS[v] upgrades a store from version v-1 to version v. Version 1 is the first release.
 STEPS: dict[int, MigrationStep] = {
     2: _add_operations_tables,
     3: _add_instance_heartbeat,
     4: _add_iceberg_catalog_tables,
+    5: _index_job_sources_by_table,
 }
 
 

@@ -79,7 +79,10 @@ class JobSourceRow(Base):
     job_id: Mapped[str] = mapped_column(
         ForeignKey("ls_job.job_id", ondelete="CASCADE"), primary_key=True
     )
-    table_name: Mapped[str] = mapped_column(ForeignKey("ls_table.table_name"), primary_key=True)
+    # indexed (schema version 5): registration walks from a table to the jobs reading it
+    table_name: Mapped[str] = mapped_column(
+        ForeignKey("ls_table.table_name"), primary_key=True, index=True
+    )
     position: Mapped[int] = mapped_column(Integer, default=0)
 
 

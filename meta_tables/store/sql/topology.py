@@ -6,11 +6,17 @@ import json
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, text
+from sqlalchemy import bindparam, delete, func, select, text
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import CommitState, TableStatus
-from lockstep.errors import DependentJobsError, JobExistsError, PendingCommitsError
+from lockstep.errors import (
+    ConcurrentWriterError,
+    CycleError,
+    DependentJobsError,
+    JobExistsError,
+    PendingCommitsError,
+)
 from lockstep.meta_tables.store.sql import protocol, resolve
 from lockstep.meta_tables.store.sql.rows import load_topology, lock_job, spec_of
 from lockstep.meta_tables.store.sql.schema import (
@@ -36,14 +42,18 @@ def lock_topology(s: Session) -> None:
 
 
 def register_job(s: Session, spec: JobSpec, now: datetime) -> JobSpec:
+    """Add a job, checking only its neighbourhood (DESIGN §2): its sinks' writers, and
+    whether anything downstream of its sinks feeds one of its sources (a cycle). The cost
+    grows with what the job reaches downstream, not with the number of jobs."""
     lock_topology(s)
-    current = load_topology(s)  # a constant number of statements, however many jobs
-    if any(job.job_id == spec.job_id for job in current.jobs):
-        existing = current.job(spec.job_id)
+    row = s.get(JobRow, spec.job_id)
+    if row is not None:
+        existing = spec_of(s, row)
         if existing.same_definition(spec):
             return existing
         raise JobExistsError(spec.job_id)
-    current.with_job(spec)  # raises CycleError / ConcurrentWriterError
+    _check_writers(s, spec)
+    _check_no_cycle(s, spec)
     tables = list(dict.fromkeys((*spec.sources, *spec.sinks)))
     known = set(s.scalars(select(TableRow.table_name).where(TableRow.table_name.in_(tables))))
     s.add_all(TableRow(table_name=t, created_at=now) for t in tables if t not in known)
@@ -66,6 +76,62 @@ def register_job(s: Session, spec: JobSpec, now: datetime) -> JobSpec:
         JobSinkRow(job_id=spec.job_id, table_name=t, position=i) for i, t in enumerate(spec.sinks)
     )
     return spec
+
+
+def _check_writers(s: Session, spec: JobSpec) -> None:
+    """One writer per table: none of the job's sinks may have another writer."""
+    if not spec.sinks:
+        return
+    taken = s.execute(
+        select(JobSinkRow.table_name, JobSinkRow.job_id)
+        .where(JobSinkRow.table_name.in_(spec.sinks))
+        .order_by(JobSinkRow.table_name)
+    ).first()
+    if taken is not None:
+        raise ConcurrentWriterError(taken.table_name, taken.job_id, spec.job_id)
+
+
+_DOWNSTREAM = (  # a table -> each job reading it -> each table that job writes
+    select(JobSourceRow.table_name, JobSinkRow.job_id, JobSinkRow.table_name.label("sink"))
+    .join(JobSinkRow, JobSinkRow.job_id == JobSourceRow.job_id)
+    .where(JobSourceRow.table_name.in_(bindparam("frontier", expanding=True)))
+)
+_FRONTIER_CHUNK = 500  # tables per statement (bound parameters)
+
+
+def _check_no_cycle(s: Session, spec: JobSpec) -> None:
+    """Walk downstream from the job's sinks, one statement per level; reaching one of its
+    sources closes a cycle (:class:`CycleError` names it, job and tables in order)."""
+    sources = set(spec.sources)
+    if not sources or not spec.sinks:
+        return  # nothing can flow back into a job without sources, or out of one without sinks
+    came_from: dict[str, tuple[str, str] | None] = dict.fromkeys(spec.sinks)
+    frontier = list(came_from)
+    while frontier:
+        for table in frontier:
+            if table in sources:
+                raise CycleError(
+                    spec.job_id, [spec.job_id, *_path_to(table, came_from), spec.job_id]
+                )
+        reached: list[str] = []
+        for start in range(0, len(frontier), _FRONTIER_CHUNK):
+            chunk = frontier[start : start + _FRONTIER_CHUNK]
+            for read, job_id, sink in s.execute(_DOWNSTREAM, {"frontier": chunk}):
+                if sink not in came_from:
+                    came_from[sink] = (job_id, read)
+                    reached.append(sink)
+        frontier = reached
+
+
+def _path_to(table: str, came_from: dict[str, tuple[str, str] | None]) -> list[str]:
+    """The tables and jobs from one of the new job's sinks to ``table``, in order."""
+    path = [table]
+    step = came_from[table]
+    while step is not None:
+        job_id, previous = step
+        path[:0] = [previous, job_id]
+        step = came_from[previous]
+    return path
 
 
 def unregister_job(s: Session, job_id: str, *, force: bool, now: datetime) -> None:
