@@ -23,6 +23,7 @@ configured. The choices, and why:
 
 from __future__ import annotations
 
+import functools
 import os
 import traceback
 from collections.abc import Mapping
@@ -56,15 +57,14 @@ DEFAULT_JOB_NAMESPACE = "lockstep"
 _CANONICAL_SCHEMES = {"s3a": "s3", "s3n": "s3", "abfs": "abfss", "wasb": "wasbs"}
 
 
-def _producer() -> str:
+@functools.cache
+def producer() -> str:
+    """The ``producer`` of Lockstep's events and facets: ``urn:lockstep:<version>``."""
     try:
         version = metadata.version("lockstep")
     except metadata.PackageNotFoundError:
         version = "unknown"
     return f"urn:lockstep:{version}"
-
-
-PRODUCER = _producer()
 
 
 @attr.define
@@ -120,7 +120,7 @@ class DatasetNaming:
             metadataUri=_without_credentials(uri) if uri else None,
             warehouseUri=_without_credentials(warehouse) if warehouse else None,
             source="spark",
-            producer=PRODUCER,
+            producer=producer(),
         )
 
 
@@ -215,20 +215,20 @@ def run_event(
     issued = _iso(barrier.ts)
     run_facets: dict[str, RunFacet] = {
         "nominalTime": nominal_time_run.NominalTimeRunFacet(
-            nominalStartTime=issued, producer=PRODUCER
+            nominalStartTime=issued, producer=producer()
         ),
         "lockstep_barrier": LockstepBarrierRunFacet(
-            barrierId=barrier.barrier_id, issuedAt=issued, producer=PRODUCER
+            barrierId=barrier.barrier_id, issuedAt=issued, producer=producer()
         ),
     }
     if facts.cuts:
         cuts = {source: dict(cut) for source, cut in facts.cuts.items()}
-        run_facets["lockstep_inputCuts"] = LockstepInputCutsRunFacet(cuts=cuts, producer=PRODUCER)
+        run_facets["lockstep_inputCuts"] = LockstepInputCutsRunFacet(cuts=cuts, producer=producer())
     if error is not None:
         run_facets["errorMessage"] = _error_facet(error)
     job_facets: dict[str, JobFacet] = {
         "jobType": job_type_job.JobTypeJobFacet(
-            processingType="BATCH", integration="LOCKSTEP", jobType="JOB", producer=PRODUCER
+            processingType="BATCH", integration="LOCKSTEP", jobType="JOB", producer=producer()
         )
     }
     return RunEvent(
@@ -244,7 +244,7 @@ def run_event(
             OutputDataset(naming.namespace, naming.name(t), facets=_facets(naming, snapshot))
             for t, snapshot in facts.outputs.items()
         ],
-        producer=PRODUCER,
+        producer=producer(),
     )
 
 
@@ -252,7 +252,7 @@ def _facets(naming: DatasetNaming, snapshot_id: int | None) -> dict[str, Dataset
     facets: dict[str, DatasetFacet] = {"catalog": naming.catalog_facet()}
     if snapshot_id is not None:
         facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
-            datasetVersion=str(snapshot_id), producer=PRODUCER
+            datasetVersion=str(snapshot_id), producer=producer()
         )
     return facets
 
@@ -264,7 +264,7 @@ def _error_facet(error: BaseException | str) -> error_message_run.ErrorMessageRu
         message = f"{type(error).__name__}: {error}"
         stack = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     return error_message_run.ErrorMessageRunFacet(
-        message=message, programmingLanguage="python", stackTrace=stack, producer=PRODUCER
+        message=message, programmingLanguage="python", stackTrace=stack, producer=producer()
     )
 
 
