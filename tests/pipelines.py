@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
+from lockstep.meta_tables.inputs import INPUTS
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.topology.model import JobSpec
 
@@ -35,3 +37,8 @@ def run_barrier(store: MetadataStore, job_id: str, token: int, *, write: bool = 
     if write:
         store.report_written(job_id, token, b)
     return b
+
+
+def dump(store: MetadataStore) -> dict[str, Any]:
+    """Every base table's content, to prove a refused call changed nothing."""
+    return {name: table.to_pylist() for name, table in store.export_tables(sorted(INPUTS)).items()}

@@ -11,7 +11,8 @@ import itertools
 from typing import Any
 
 import pytest
-from pipelines import SHOPPING, register, run_barrier, snapshot_id
+from instance_contract import InstanceContract
+from pipelines import SHOPPING, dump, register, run_barrier, snapshot_id
 
 from lockstep.barrier.model import VersionState
 from lockstep.errors import (
@@ -45,12 +46,7 @@ FED_SHOPPING = (
 )
 
 
-def dump(store: MetadataStore) -> dict[str, Any]:
-    """Every base table's content, to prove a refused call changed nothing."""
-    return {name: table.to_pylist() for name, table in store.export_tables(sorted(INPUTS)).items()}
-
-
-class StoreContract:
+class StoreContract(InstanceContract):
     __test__ = False
 
     # -- topology --------------------------------------------------------------------------
@@ -257,34 +253,6 @@ class StoreContract:
             store.next_barrier("load_shopping", old)
         assert dump(store) == before
         store.report_written("load_shopping", new, 1)
-
-    def test_heartbeat_says_when_the_current_instance_was_last_seen(
-        self, store: MetadataStore, clock: Any
-    ) -> None:
-        register(store)
-
-        def seen() -> Any:
-            rows = store.query_meta(
-                "SELECT instance_seen_at FROM __META_JOB WHERE job_id = 'load_shopping'"
-            ).to_pylist()
-            return rows[0]["instance_seen_at"]
-
-        assert seen() is None  # never attached
-        old = store.attach("load_shopping").token
-        attached = seen()
-        assert attached is not None
-        clock.advance(40)
-        store.heartbeat("load_shopping", old)
-        assert (seen() - attached).total_seconds() == 40
-        new = store.attach("load_shopping").token
-        clock.advance(5)
-        before = dump(store)
-        with pytest.raises(FencedError) as e:
-            store.heartbeat("load_shopping", old)  # a fenced instance learns it here too
-        assert (e.value.token, e.value.current) == (old, new)
-        assert dump(store) == before
-        with pytest.raises(UnknownJobError):
-            store.heartbeat("ghost", 1)
 
     def test_unknown_job(self, store: MetadataStore) -> None:
         with pytest.raises(UnknownJobError):

@@ -214,7 +214,6 @@ def test_expiration_keeps_what_leases_and_jobs_need_even_racing_readers(
                 return
 
     on_disk = _files(spark_ls)
-    raced: list[Any] = []
     racing = threading.Thread(target=reader)
     racing.start()
     try:
@@ -237,13 +236,25 @@ def test_expiration_keeps_what_leases_and_jobs_need_even_racing_readers(
     assert held.arrow("user_item_amount").to_pylist() == held_rows
     held.close()
 
-    # with the lease gone, a reader starting during the next expiration gets a clear error
+    _lease_refused_during_the_next_expiration(spark_ls, spark_base)
+
+    # the lagging job still finds what it needs, and catches up exactly
+    late = start_runners(spark_ls, spark_base, [price])["sum_price"]
+    assert late.run(until_idle=True) == 3
+    assert _sums_at(spark_ls, "user_item_price", 5) == truth(5, "price")
+
+
+def _lease_refused_during_the_next_expiration(spark_ls: Lockstep, spark_base: Any) -> None:
+    """With the lease gone, a reader starting during the next expiration gets a clear
+    error, and one starting after it reads the newest barrier."""
+    from lockstep.barrier.operations.expire import expire
+
+    raced: list[bool] = []
+
     def lease_during_expiration() -> None:
         with pytest.raises(SnapshotExpiredError, match="user_item_amount"):
             spark_ls.read(list(AGGREGATES), "repeatable_read")
         raced.append(True)
-
-    from lockstep.barrier.operations.expire import expire
 
     expire(
         spark_ls.store,
@@ -255,11 +266,6 @@ def test_expiration_keeps_what_leases_and_jobs_need_even_racing_readers(
     assert raced == [True]
     with spark_ls.read(["user_item_amount"]) as newest:
         assert newest.barrier_id == 5
-
-    # the lagging job still finds what it needs, and catches up exactly
-    late = start_runners(spark_ls, spark_base, [price])["sum_price"]
-    assert late.run(until_idle=True) == 3
-    assert _sums_at(spark_ls, "user_item_price", 5) == truth(5, "price")
 
 
 # -- repair ----------------------------------------------------------------------------------

@@ -89,35 +89,7 @@ def test_repair_after_store_loss_keeps_barrier_times_states_and_horizons(
         fresh.register_job(job.spec())
     report = ls.repair()
     assert len(report.restored) == sum(7 - b for b in oldest.values())
-
-    # barrier times come back from the tables, in order, never after the versions' writes
-    restored = {b.barrier_id: b.ts for b in fresh.list_barriers()}
-    for b in range(min(oldest.values()), 7):
-        assert restored[b] == issued[b], f"barrier {b}"
-    ids = sorted(restored)
-    assert all(restored[a] < restored[b] for a, b in itertools.pairwise(ids))
-    for t in TABLES:
-        for v in fresh.table_versions(t):
-            assert v.written_at is not None
-            assert restored[v.barrier_id] <= v.written_at, (t, v.barrier_id)
-    delays = ls.sql("SELECT min(e2e_delay_s) AS low, count(*) AS n FROM __META_DELAY")
-    assert delays.to_pylist()[0]["n"] == len(report.restored)
-    assert delays.to_pylist()[0]["low"] >= 0, "a negative end-to-end delay"
-
-    # barriers every table held are COMMIT (the expired ones too: they are older than
-    # every table's horizon); those the ticker issued are still to be processed
-    states = {
-        r["barrier_id"]: r["state"]
-        for r in ls.sql("SELECT barrier_id, state FROM __META_BARRIER").to_pylist()
-    }
-    assert states == {**dict.fromkeys(range(1, 7), "COMMIT"), 7: "ISSUED", 8: "ISSUED"}
-
-    # the horizons are those of the tables
-    horizons = {
-        r["table_name"]: r["keep_from"]
-        for r in ls.sql("SELECT table_name, keep_from FROM __META_RETENTION").to_pylist()
-    }
-    assert horizons == oldest
+    _check_restored_history(ls, issued, oldest, len(report.restored))
 
     # a revision to an expired barrier is refused, as before the loss, and changes nothing
     before = _tables_state(ls, spark_base)
@@ -148,8 +120,48 @@ def test_repair_after_store_loss_keeps_barrier_times_states_and_horizons(
     assert _tables_state(ls, spark_base) == before
     assert _tokens(fresh) == tokens
     assert fresh.revisions() == []
+    _check_goes_on(ls, spark_base, jobs)
+    fresh.close()
 
-    # the pipeline goes on with the barriers the ticker issued, none skipped
+
+def _check_restored_history(
+    ls: Lockstep, issued: dict[int, Any], oldest: dict[str, int], restored_versions: int
+) -> None:
+    """Barrier times, states and horizons after repair are those the tables carry."""
+    fresh = ls.store
+    # barrier times come back from the tables, in order, never after the versions' writes
+    restored = {b.barrier_id: b.ts for b in fresh.list_barriers()}
+    for b in range(min(oldest.values()), 7):
+        assert restored[b] == issued[b], f"barrier {b}"
+    ids = sorted(restored)
+    assert all(restored[a] < restored[b] for a, b in itertools.pairwise(ids))
+    for t in TABLES:
+        for v in fresh.table_versions(t):
+            assert v.written_at is not None
+            assert restored[v.barrier_id] <= v.written_at, (t, v.barrier_id)
+    delays = ls.sql("SELECT min(e2e_delay_s) AS low, count(*) AS n FROM __META_DELAY")
+    assert delays.to_pylist()[0]["n"] == restored_versions
+    assert delays.to_pylist()[0]["low"] >= 0, "a negative end-to-end delay"
+
+    # barriers every table held are COMMIT (the expired ones too: they are older than
+    # every table's horizon); those the ticker issued are still to be processed
+    states = {
+        r["barrier_id"]: r["state"]
+        for r in ls.sql("SELECT barrier_id, state FROM __META_BARRIER").to_pylist()
+    }
+    assert states == {**dict.fromkeys(range(1, 7), "COMMIT"), 7: "ISSUED", 8: "ISSUED"}
+
+    # the horizons are those of the tables
+    horizons = {
+        r["table_name"]: r["keep_from"]
+        for r in ls.sql("SELECT table_name, keep_from FROM __META_RETENTION").to_pylist()
+    }
+    assert horizons == oldest
+
+
+def _check_goes_on(ls: Lockstep, spark_base: Any, jobs: Any) -> None:
+    """The pipeline goes on with the barriers the ticker issued, none skipped."""
+    fresh = ls.store
     again = start_runners(ls, spark_base, jobs)
     for runner in again.values():
         assert runner.run(until_idle=True) == 2  # barriers 7 and 8
@@ -165,7 +177,6 @@ def test_repair_after_store_loss_keeps_barrier_times_states_and_horizons(
         assert shopping is not None
         count = ls.iceberg.arrow_at("shopping", shopping.snapshot_id).num_rows
         assert count == sum(len(feed_rows(x)) for x in range(1, b + 1))
-    fresh.close()
 
 
 def test_revise_refuses_when_the_table_lost_the_snapshot_the_store_names(
