@@ -162,17 +162,26 @@ def unregister_job(s: Session, job_id: str, *, force: bool, now: datetime) -> No
 
 
 def table_status(s: Session, tables: Collection[str] | None) -> list[TableStatus]:
-    topo = load_topology(s)
+    """Each table's writer, type and newest barriers: writers and types from two
+    statements over the job tables (no graph: a status needs no walk)."""
     names = sorted(s.scalars(select(TableRow.table_name)))
     if tables is not None:
         resolve.require_tables(s, list(tables))
         names = [t for t in names if t in set(tables)]
-    in_topology = set(topo.tables)
+    sinks = s.execute(select(JobSinkRow.table_name, JobSinkRow.job_id))
+    writers = {row.table_name: row.job_id for row in sinks}
+    reading = set(s.scalars(select(JobSourceRow.job_id).distinct()))
+
+    def table_type(writer: str | None) -> TableType:
+        if writer is None:
+            return TableType.UNWRITTEN
+        return TableType.INTERMEDIATE if writer in reading else TableType.ROOT
+
     return [
         TableStatus(
             table=t,
-            writer=topo.writer_of(t) if t in in_topology else None,
-            table_type=topo.table_type(t) if t in in_topology else TableType.UNWRITTEN,
+            writer=writers.get(t),
+            table_type=table_type(writers.get(t)),
             latest_processed=resolve.newest_barrier(s, t, written_only=False),
             latest_written=resolve.newest_barrier(s, t, written_only=True),
         )
