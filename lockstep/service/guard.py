@@ -66,9 +66,15 @@ class Guard:
             self._check_headers(headers)
             body = await self._read_body(headers, receive)
         except LockstepError as error:
-            await _refuse(send, error)
+            status, payload = self.refusal(error)
+            await _refuse(send, status, payload, challenge=isinstance(error, AuthenticationError))
             return
         await self.app(scope, _replay(body, receive), send)
+
+    def refusal(self, error: LockstepError) -> tuple[int, Any]:
+        """The status and JSON body refusing a request (Lockstep's error envelope; a
+        sub-application speaking another protocol overrides this)."""
+        return wire.status_for(error), wire.error_payload(error)
 
     def _check_headers(self, headers: dict[str, str]) -> None:
         if self.tokens is not None:
@@ -132,16 +138,14 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-async def _refuse(send: Send, error: LockstepError) -> None:
-    payload = json.dumps(wire.error_payload(error)).encode()
+async def _refuse(send: Send, status: int, body: Any, *, challenge: bool) -> None:
+    payload = json.dumps(body).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(payload)).encode()),
         (b"connection", b"close"),
     ]
-    if isinstance(error, AuthenticationError):
+    if challenge:  # an unknown or missing token: say which scheme to use
         headers.append((b"www-authenticate", b"Bearer"))
-    await send(
-        {"type": "http.response.start", "status": wire.status_for(error), "headers": headers}
-    )
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})

@@ -10,9 +10,8 @@ read the Iceberg one.
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -22,7 +21,7 @@ from starlette.exceptions import HTTPException
 from lockstep.errors import AuthenticationError, ConfigurationError, LockstepError
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.service.auth import Role
-from lockstep.service.guard import _NO_BODY, ASGIApp, Guard, Receive, Scope, Send, _replay
+from lockstep.service.guard import ASGIApp, Guard, Receive, Scope, Send
 from lockstep.service.iceberg.config import IcebergSettings
 from lockstep.service.iceberg.errors import error_body, iceberg_error_body
 
@@ -122,31 +121,8 @@ def _challenge(error: LockstepError) -> dict[str, str] | None:
 class IcebergGuard(Guard):
     """The service's front door (``Guard``), refusing in the Iceberg error model."""
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in _NO_BODY:
-            await self.app(scope, receive, send)
-            return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        try:
-            self._check_headers(headers)
-            body = await self._read_body(headers, receive)
-        except LockstepError as error:
-            await _refuse(send, error)
-            return
-        await self.app(scope, _replay(body, receive), send)
-
-
-async def _refuse(send: Send, error: LockstepError) -> None:
-    status, body = iceberg_error_body(error)
-    payload = json.dumps(body).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(payload)).encode()),
-        (b"connection", b"close"),
-    ]
-    headers += [(k.lower().encode(), v.encode()) for k, v in (_challenge(error) or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
+    def refusal(self, error: LockstepError) -> tuple[int, Any]:
+        return iceberg_error_body(error)
 
 
 class IcebergMount:
