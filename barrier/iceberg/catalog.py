@@ -45,6 +45,12 @@ DEFAULT_CATALOG_NAME = "lockstep"
 CATALOG_TYPES = ("hadoop", "jdbc", "rest", "hive", "glue")
 SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
 # Debian's libpostgresql-jdbc-java puts the driver here (`dpkg -L libpostgresql-jdbc-java`)
+# Lockstep's own REST catalog (``lockstep serve`` with ``[iceberg]``) fences and stamps job
+# commits itself: its config's defaults say so, and a job's instance names itself in headers
+COMMIT_GUARD_PROPERTY = "lockstep.commit-guard"
+JOB_HEADER = "X-Lockstep-Job"
+TOKEN_HEADER = "X-Lockstep-Token"
+REVISION_HEADER = "X-Lockstep-Revision"
 DEBIAN_POSTGRESQL_JAR = Path("/usr/share/java/postgresql.jar")
 # Java-only properties: pyiceberg picks its FileIO by the URI scheme and has no caching
 _JAVA_ONLY = frozenset({"io-impl", "cache-enabled", "cache.expiration-interval-ms", "clients"})
@@ -174,6 +180,21 @@ class IcebergCatalog:
         for prop, value in properties.items():
             settings[f"{key}.{prop}"] = value
         return settings
+
+    def guards_commits(self) -> bool:
+        """Whether this catalog fences and stamps Lockstep jobs' commits itself (Lockstep's
+        own REST catalog, whose config says ``lockstep.commit-guard``): then a job's
+        instance sends its credentials (``instance_settings``) and tags nothing itself."""
+        if self.type != "rest":
+            return False
+        catalog = self.load()
+        return catalog is not None and catalog.properties.get(COMMIT_GUARD_PROPERTY) == "true"
+
+    def committer_settings(self, headers: Mapping[str, str]) -> dict[str, str]:
+        """Spark settings that make this catalog send ``headers`` with every request (the
+        Iceberg REST client's ``header.*`` properties)."""
+        key = f"spark.sql.catalog.{self.name}.header."
+        return {key + name: value for name, value in headers.items()}
 
     def spark_jars(self, configured: Sequence[str] = ()) -> list[str]:
         """Jars this catalog needs in Spark beyond Iceberg's runtime and the ``configured``

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lockstep.barrier.iceberg.catalog import IcebergCatalog
+from lockstep.barrier.iceberg.catalog import JOB_HEADER, TOKEN_HEADER, IcebergCatalog
 from lockstep.errors import CatalogError, LockstepError
 
 if TYPE_CHECKING:
@@ -112,6 +112,20 @@ class IcebergTables:
         for key, value in self.catalog_settings().items():
             if spark.conf.get(key, None) != value:
                 spark.conf.set(key, value)
+
+    def instance_session(self, spark: SparkSession, job_id: str, token: int) -> SparkSession:
+        """A session whose catalog sends the job instance's credentials with every request
+        (for a catalog that fences commits itself, Lockstep's REST catalog): ``spark``
+        itself, or a new session of it if ``spark`` has built this catalog already (a
+        catalog reads its properties once, when a session first uses it)."""
+        manager = spark._jsparkSession.sessionState().catalogManager()
+        if manager.isCatalogRegistered(self.name):
+            spark = spark.newSession()
+            self.register_catalog(spark)
+        headers = {JOB_HEADER: job_id, TOKEN_HEADER: str(token)}
+        for key, value in self.catalog.committer_settings(headers).items():
+            spark.conf.set(key, value)
+        return spark
 
     def exists(self, spark: SparkSession, table: str) -> bool:
         return bool(spark.catalog.tableExists(self.identifier(table)))

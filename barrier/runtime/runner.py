@@ -19,6 +19,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +103,7 @@ class JobRunner:
         self._progress = progress or (lambda _message: None)
         self._session: JobSession | None = None
         self._interrupted = False  # a barrier failed part-way; recover before going on
+        self._guarded = False  # the catalog fences and tags this job's commits (start())
         self._lineage = lineage_emitter(store, job.spec(), tables)  # OpenLineage, if configured
         tables.register_catalog(spark)
 
@@ -114,7 +116,11 @@ class JobRunner:
     def start(self) -> JobSession:
         """Register (idempotent), attach as a new instance (fencing older ones), recover."""
         self.store.register_job(self.job.spec())
-        self._session = JobSession(self.store, self.store.attach(self.job.job_id))
+        instance = self.store.attach(self.job.job_id)
+        self._session = JobSession(self.store, instance)
+        self._guarded = self.tables.catalog.guards_commits()
+        if self._guarded:
+            self.spark = self.tables.instance_session(self.spark, self.job.job_id, instance.token)
         self.recover()
         self._interrupted = False
         return self._session
@@ -272,7 +278,9 @@ class JobRunner:
         }
         if cuts:  # the table carries its own input cuts: `lockstep repair` can restore them
             tags[INPUT_CUTS_PROPERTY] = json.dumps(cuts, sort_keys=True)
-        with commit_properties(self.spark, tags):
+        # Lockstep's REST catalog stamps the barrier itself (no private Iceberg API)
+        tagging = nullcontext() if self._guarded else commit_properties(self.spark, tags)
+        with tagging:
             self.job.step(ctx)
             ctx.finish()  # an empty tagged commit for every sink the step did not write
         _fault_point("after_stage", b, job_id)

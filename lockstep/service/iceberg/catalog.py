@@ -29,6 +29,7 @@ from lockstep.service.iceberg.errors import (
     NoSuchNamespaceError,
     UnprocessableRequestError,
 )
+from lockstep.service.iceberg.fencing import ENGINE, Committer
 from lockstep.service.iceberg.files import TableFiles
 from lockstep.service.iceberg.names import Namespace, TableName
 
@@ -238,6 +239,7 @@ class ServedCatalog:
                 raise IcebergTableExistsError(destination.namespace, destination.name)
             storage.rename_pointer(session, source, destination)
 
-    def commit(self, changes: Sequence[TableChange]) -> list[Staged]:
-        """Apply the changes of one or more tables atomically (see ``commit``)."""
-        return commit(self.engine, self.files, changes, self.clock)
+    def commit(self, changes: Sequence[TableChange], committer: Committer = ENGINE) -> list[Staged]:
+        """Apply the changes of one or more tables atomically (see ``commit``), guarded and
+        stamped for ``committer`` (see ``fencing``)."""
+        return commit(self.engine, self.files, changes, self.clock, committer)

@@ -11,9 +11,9 @@ meanwhile makes the whole commit start again from the new metadata (the requirem
 checked again there), up to ``ATTEMPTS`` times, then a 409. Metadata files of a commit that
 did not land are deleted.
 
-Phase 2 of issue #15 (the commit guard, barrier tags) hooks in here: a check of the
-committer against the writer job's current instance belongs inside the pointer swap's
-transaction (``swap``), and a summary stamp on added snapshots belongs to ``stage``.
+Lockstep's job protocol hooks in here (``fencing``): the snapshots a job's instance adds
+are stamped with its barrier before they are written (``stage``), and the committer is
+checked against the writer job's current instance inside the pointer swap's transaction.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from lockstep.errors import InvalidRequestError
-from lockstep.service.iceberg import storage
+from lockstep.service.iceberg import fencing, storage
 from lockstep.service.iceberg.errors import (
     CommitConflictError,
     IcebergTableExistsError,
@@ -78,20 +78,32 @@ class _Moved(Exception):
 
 
 def commit(
-    engine: Engine, files: TableFiles, changes: Sequence[TableChange], clock: Callable[[], datetime]
+    engine: Engine,
+    files: TableFiles,
+    changes: Sequence[TableChange],
+    clock: Callable[[], datetime],
+    committer: fencing.Committer = fencing.ENGINE,
 ) -> list[Staged]:
-    """Apply ``changes`` atomically; the tables' new states, in the order given."""
+    """Apply ``changes`` atomically, from ``committer``; the tables' new states, in the
+    order given."""
     seen = [c.table for c in changes]
     if len(set(seen)) != len(seen):
         raise InvalidRequestError("a commit changes each table once: merge the changes of a table")
     for _attempt in range(ATTEMPTS):
         with storage.reading(engine) as session:
             bases = storage.pointers(session, seen)
+            stamps = fencing.stamps(session, committer, seen)
         staged: list[Staged] = []
         try:
             for change in changes:
+                stamp = stamps.get(change.table)
+                if stamp:
+                    change = TableChange(
+                        change.table, change.requirements, fencing.stamped(change.updates, stamp)
+                    )
                 staged.append(stage(files, change, bases.get(change.table)))
             with storage.writing(engine) as session:
+                fencing.check(session, committer, [(c.table, c.updates) for c in changes])
                 swap(session, staged, clock())
             return staged
         except _Moved:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from lockstep.errors import (
     AuthenticationError,
     CatalogError,
+    FencedError,
     InvalidRequestError,
     LockstepError,
     PermissionDeniedError,
@@ -105,6 +106,7 @@ ICEBERG_STATUS: tuple[tuple[type[LockstepError], int, str], ...] = (
     (IcebergTableExistsError, 409, "AlreadyExistsException"),
     (NamespaceNotEmptyError, 409, "NamespaceNotEmptyException"),
     (CommitConflictError, 409, "CommitFailedException"),
+    (FencedError, 409, "CommitFailedException"),  # a stale job instance's commit (fencing)
     (MetadataFileError, 500, "ServerErrorException"),
     (UnsupportedCatalogOperationError, 406, "UnsupportedOperationException"),
     (UnprocessableRequestError, 422, "UnprocessableEntityException"),

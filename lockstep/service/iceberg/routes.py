@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 from pyiceberg.catalog.rest import (
     Capability,
     Endpoint,
@@ -26,10 +26,12 @@ from pyiceberg.catalog.rest import (
 from pyiceberg.table import CommitTableResponse, TableIdentifier
 from pyiceberg.typedef import IcebergBaseModel
 
+from lockstep.barrier.iceberg.catalog import COMMIT_GUARD_PROPERTY
 from lockstep.errors import InvalidRequestError
 from lockstep.service.deps import Admin, Reader
 from lockstep.service.iceberg.catalog import LoadedTable, NewTable, ServedCatalog
 from lockstep.service.iceberg.commit import TableChange
+from lockstep.service.iceberg.fencing import Committer
 from lockstep.service.iceberg.models import (
     CommitTableIn,
     CommitTransactionIn,
@@ -102,7 +104,10 @@ def build_router(catalog: ServedCatalog) -> APIRouter:
     @router.get("/config")
     def get_config(_: Reader, warehouse: str | None = None) -> dict[str, Any]:
         # one warehouse per service: a client's ``warehouse`` property changes nothing
-        return {"defaults": {}, "overrides": {}, "endpoints": [str(e) for e in ENDPOINTS]}
+        # the job runtime reads the default to know that this catalog fences and stamps
+        # its commits (fencing.py); other clients ignore a property they do not know
+        defaults = {COMMIT_GUARD_PROPERTY: "true"}
+        return {"defaults": defaults, "overrides": {}, "endpoints": [str(e) for e in ENDPOINTS]}
 
     _add_namespaces(router, catalog)
     _add_tables(router, catalog)
@@ -227,27 +232,29 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog) -> None:
 
 def _add_commits(router: APIRouter, catalog: ServedCatalog) -> None:
     @router.post("/namespaces/{namespace}/tables/{table}")
-    def commit_table(namespace: str, table: str, body: JsonBody, _: Admin) -> Response:
-        request = parse(CommitTableIn, body)
+    def commit_table(
+        namespace: str, table: str, body: JsonBody, request: Request, _: Admin
+    ) -> Response:
+        commit = parse(CommitTableIn, body)
         target = _table(namespace, table)
-        if request.identifier is not None and _identified(request.identifier) != target:
+        if commit.identifier is not None and _identified(commit.identifier) != target:
             raise InvalidRequestError(
-                f"the commit's identifier {'.'.join(request.identifier.namespace.root)}."
-                f"{request.identifier.name} is not the table of the path, {target}"
+                f"the commit's identifier {'.'.join(commit.identifier.namespace.root)}."
+                f"{commit.identifier.name} is not the table of the path, {target}"
             )
-        change = TableChange(target, request.requirements, request.updates)
-        (staged,) = catalog.commit([change])
+        change = TableChange(target, commit.requirements, commit.updates)
+        (staged,) = catalog.commit([change], Committer.from_headers(request.headers))
         response = {"metadata-location": staged.location, "metadata": staged.metadata}
         return _json(CommitTableResponse.model_validate(response))
 
     @router.post("/transactions/commit")
-    def commit_transaction(body: JsonBody, _: Admin) -> Response:
-        request = parse(CommitTransactionIn, body)
-        if not request.table_changes:
+    def commit_transaction(body: JsonBody, request: Request, _: Admin) -> Response:
+        transaction = parse(CommitTransactionIn, body)
+        if not transaction.table_changes:
             raise InvalidRequestError("the transaction holds no table changes")
         changes = [
             TableChange(_identified(c.identifier), c.requirements, c.updates)
-            for c in request.table_changes
+            for c in transaction.table_changes
         ]
-        catalog.commit(changes)
+        catalog.commit(changes, Committer.from_headers(request.headers))
         return _no_content()
