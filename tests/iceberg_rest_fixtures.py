@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from service_fixtures import ADMIN_TOKEN, READ_TOKEN, running
@@ -15,6 +16,8 @@ from service_fixtures import ADMIN_TOKEN, READ_TOKEN, running
 class CatalogService:
     uri: str  # what a client's catalog ``uri`` is: http://127.0.0.1:PORT/iceberg
     warehouse: Path
+    store: Any  # the service's SqlMetadataStore (jobs, barriers, reports)
+    url: str  # the service itself: http://127.0.0.1:PORT
 
 
 @pytest.fixture
@@ -40,5 +43,5 @@ def iceberg_service(tmp_path: Path) -> Iterator[CatalogService]:
     store = SqlMetadataStore.open(settings.store)
     app = create_app(store, tokens=load_tokens(token_file), iceberg=settings.iceberg)
     with running(app) as url:
-        yield CatalogService(f"{url}/iceberg", warehouse)
+        yield CatalogService(f"{url}/iceberg", warehouse, store, url)
     store.close()
