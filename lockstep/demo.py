@@ -322,7 +322,8 @@ def run_demo(
     if barriers < MIN_BARRIERS:
         raise LockstepError(f"the demo needs at least {MIN_BARRIERS} barriers, got {barriers}")
     if ls.topology().jobs or ls.barriers(limit=1):
-        raise LockstepError(f"the demo needs a fresh home; {ls.config.home} is in use")
+        where = ls.config.home or "the coordinator"
+        raise LockstepError(f"the demo needs a fresh coordinator; {where} has jobs or barriers")
     taken = [t for job in shopping.JOBS for t in job.sinks if ls.iceberg.table_exists(t)]
     if taken:
         raise LockstepError(

@@ -95,7 +95,7 @@ def test_run_demo_refuses_a_used_home_and_too_few_barriers(ls: Lockstep) -> None
     with pytest.raises(LockstepError, match="at least 2 barriers"):
         run_demo(ls, barriers=1)
     ls.register_job("load", sinks=["t"])
-    with pytest.raises(LockstepError, match="needs a fresh home"):
+    with pytest.raises(LockstepError, match="needs a fresh coordinator"):
         run_demo(ls, barriers=2)
 
 

@@ -231,7 +231,9 @@ def test_config_names_the_endpoints_clients_may_call(iceberg_service: CatalogSer
         headers={"Authorization": f"Bearer {READ_TOKEN}"},
     )
     config = response.json()
-    assert config["defaults"] == config["overrides"] == {}
+    # the one default tells the job runtime that this catalog fences and stamps commits
+    assert config["defaults"] == {"lockstep.commit-guard": "true"}
+    assert config["overrides"] == {}
     assert "POST /v1/{prefix}/transactions/commit" in config["endpoints"]
     assert "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}" in config["endpoints"]
     assert len(config["endpoints"]) == 16

@@ -350,7 +350,8 @@ def _add_run_commands(sub: Any, cmds: _Commands) -> None:
 
     demo = cmds.add_plain(sub, "demo", cmd_demo)
     demo.epilog = (
-        "Runs in a new temporary home unless --home names a new or empty directory "
+        "Runs in a new temporary home unless --home names a new or empty directory, or on a "
+        "fresh service (--store URL) in the catalog it names "
         "($LOCKSTEP_HOME is not used); the home is kept, to explore with the other commands."
     )
     demo.add_argument(

@@ -125,10 +125,36 @@ def cmd_demo(args: argparse.Namespace) -> Output:
     from lockstep.demo import run_demo
     from lockstep.facade import connect
 
-    home = _fresh_home(args.target)
     progress: Callable[[str], None] = _quiet if args.json else print
+    if args.target is not None and "://" in args.target:
+        return _demo_on_service(args, progress)
+    home = _fresh_home(args.target)
     progress(f"Lockstep demo in {home}: 3 Spark jobs, {args.barriers} barriers, a dashboard")
     with connect(home) as ls:
+        summary = run_demo(ls, barriers=args.barriers, progress=progress)
+    return Output(summary, demo_summary_text(summary))
+
+
+def _demo_on_service(args: argparse.Namespace, progress: Callable[[str], None]) -> Output:
+    """The demo against a service (``--store http://...``), in the catalog it names (its
+    ``[catalog]``, or the Iceberg REST catalog it serves)."""
+    from lockstep.cli.target import connect_args
+    from lockstep.demo import run_demo
+
+    if not args.target.startswith(("http://", "https://")):
+        raise ConfigurationError(
+            f"the demo needs a home directory or a service's http(s):// URL, not {args.target!r}"
+        )
+    with connect_args(args) as ls:
+        if ls.catalog is None:
+            raise ConfigurationError(
+                f"the service at {args.target} names no Iceberg catalog for the demo's tables: "
+                "serve it with an [iceberg] table (its own REST catalog) or a [catalog] table"
+            )
+        progress(
+            f"Lockstep demo on {args.target}, tables in the {ls.catalog.describe()}: "
+            f"3 Spark jobs, {args.barriers} barriers, a dashboard"
+        )
         summary = run_demo(ls, barriers=args.barriers, progress=progress)
     return Output(summary, demo_summary_text(summary))
 

@@ -119,7 +119,7 @@ def create_app(
 
     app.state.tokens = tokens
     _add_pages(app, store)
-    _add_catalog(app, catalog)
+    _add_catalog(app, catalog, serves_iceberg=iceberg is not None)
     _add_topology(app, store)
     _add_barriers(app, store)
     _add_job_protocol(app, store)
@@ -154,13 +154,20 @@ def _add_pages(app: FastAPI, store: MetadataStore) -> None:
         return {"now": store.now().isoformat()}
 
 
-def _add_catalog(app: FastAPI, catalog: dict[str, Any] | None) -> None:
+def _add_catalog(app: FastAPI, catalog: dict[str, Any] | None, *, serves_iceberg: bool) -> None:
     """Where the tables are: the service's ``[catalog]``, so that a job or a reader needs
     only the service's URL and a token (the properties may hold the catalog's credentials:
-    they go to authenticated callers only)."""
+    they go to authenticated callers only). Without one, a service that serves the Iceberg
+    REST catalog names that catalog, with the caller's own token."""
 
     @app.get("/v1/catalog")
-    def iceberg_catalog(_: Reader) -> dict[str, Any]:
+    def iceberg_catalog(request: Request, _: Reader) -> dict[str, Any]:
+        if catalog is None and serves_iceberg:
+            served = {"type": "rest", "uri": str(request.base_url).rstrip("/") + "/iceberg"}
+            scheme, _sep, token = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() == "bearer" and token:
+                served["token"] = token
+            return {"catalog": served}
         return {"catalog": catalog}
 
 

@@ -29,6 +29,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV1
 from pyiceberg.table.update import (
     AssertCreate,
+    AssertRefSnapshotId,
     TableRequirement,
     TableUpdate,
     update_table_metadata,
@@ -129,7 +130,7 @@ def stage(files: TableFiles, change: TableChange, base_location: str | None) -> 
     base = None if base_location is None else files.read(base_location)
     for requirement in change.requirements:
         try:
-            requirement.validate(base)
+            _validate(requirement, base)
         except CommitFailedException as e:
             raise CommitConflictError(table.namespace, table.name, str(e)) from e
     if base is not None and not change.updates:
@@ -147,6 +148,35 @@ def stage(files: TableFiles, change: TableChange, base_location: str | None) -> 
         raise InvalidRequestError(f"cannot apply the updates to {str(table)!r}: {e}") from e
     files.checked_location(metadata.location)
     return Staged(table, base_location, metadata, files.write_next(metadata, base_location))
+
+
+def _validate(requirement: TableRequirement, base: TableMetadata | None) -> None:
+    """Check ``requirement`` as the REST spec (and Iceberg's Java catalogs) define it.
+
+    pyiceberg's ``AssertRefSnapshotId`` also refuses any ref but main on a table without
+    snapshots (a limit of pyiceberg's own writer, not of the spec): Spark creates a branch
+    on a new, empty table that way (``assert-ref-snapshot-id`` with no snapshot id: the
+    ref must not exist yet), so that requirement is checked here.
+    """
+    if isinstance(requirement, AssertRefSnapshotId) and base is not None:
+        ref = base.refs.get(requirement.ref)
+        if ref is None and requirement.snapshot_id is not None:
+            raise CommitFailedException(
+                f"Requirement failed: branch or tag {requirement.ref} is missing, expected "
+                f"{requirement.snapshot_id}"
+            )
+        if ref is not None and ref.snapshot_id != requirement.snapshot_id:
+            expected = requirement.snapshot_id
+            raise CommitFailedException(
+                f"Requirement failed: {requirement.ref} "
+                + (
+                    "was created concurrently"
+                    if expected is None
+                    else f"has changed: expected id {expected} != {ref.snapshot_id}"
+                )
+            )
+        return
+    requirement.validate(base)
 
 
 def swap(session: Session, staged: Sequence[Staged], now: datetime) -> None:
