@@ -257,6 +257,7 @@ def demo_summary_text(summary: DemoSummary) -> str:
         *("    " + line for line in format_table(summary.delay).splitlines()),
         f"  lineage (__META_LINEAGE): {lineage}",
         f"  {demo_verdict(summary)}",
-        f"\nExplore it: lockstep --home {summary.home} tables   (or: delay, lineage, sql ...)",
+        f"\nExplore it: lockstep {'--store' if '://' in str(summary.home) else '--home'} "
+        f"{summary.home} tables   (or: delay, lineage, sql ...)",
     ]
     return "\n".join(lines)

@@ -147,6 +147,10 @@ def cmd_resolve(ls: Lockstep, args: argparse.Namespace) -> Output:
     data = {
         "level": snapshot_set.level.value,
         "barrier_id": snapshot_set.barrier_id,
+        # the tag naming this barrier's snapshots in Lockstep's Iceberg REST catalog
+        "iceberg_tag": None
+        if snapshot_set.barrier_id is None
+        else f"lockstep_b{snapshot_set.barrier_id}",
         "tables": per_table,
     }
     return Output(data, resolve_headline(snapshot_set) + "\n" + format_table(rows))

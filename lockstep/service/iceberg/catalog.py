@@ -19,7 +19,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from sqlalchemy import Engine
 
 from lockstep.errors import InvalidRequestError
-from lockstep.service.iceberg import storage
+from lockstep.service.iceberg import consistency, storage
 from lockstep.service.iceberg.commit import Staged, TableChange, commit
 from lockstep.service.iceberg.errors import (
     IcebergTableExistsError,
@@ -151,11 +151,15 @@ class ServedCatalog:
             return storage.pointer(session, table) is not None
 
     def load_table(self, table: TableName) -> LoadedTable:
+        """The table as of its pointer, with its ``lockstep_b<N>`` tags (``consistency``),
+        read in the same transaction."""
         with storage.reading(self.engine) as session:
             location = storage.pointer(session, table)
+            written = consistency.written_snapshots(session, table) if location else {}
         if location is None:
             raise NoSuchIcebergTableError(table.namespace, table.name)
-        return LoadedTable(self.files.read(location), location)
+        metadata = consistency.with_barrier_tags(self.files.read(location), written)
+        return LoadedTable(metadata, location)
 
     def create_table(self, new: NewTable, *, stage_only: bool = False) -> LoadedTable:
         """Create ``new`` (version 0 of its metadata, and its pointer); with ``stage_only``,

@@ -1,0 +1,76 @@
+"""Consistent reads for engines that do not know Lockstep: ``lockstep_b<N>`` tags.
+
+A Lockstep table loaded from this catalog shows, besides its real refs, one tag per barrier
+it has WRITTEN and still retains: ``lockstep_b<N>`` at its snapshot of barrier N. The tags
+are synthesized from the coordinator's versions (``ls_table_version``) at every load, not
+stored in the table's metadata: they cost no commit, appear the moment a barrier is
+WRITTEN, and vanish when a revision discards the version or expiration passes it. So
+
+    SELECT ... FROM ls.default.a VERSION AS OF 'lockstep_b42'
+    JOIN ls.default.b VERSION AS OF 'lockstep_b42' ...
+
+(or pyiceberg's ``snapshot_by_name('lockstep_b42')``) reads one barrier in every table: a
+repeatable-read set. A table that has not WRITTEN barrier 42 has no such tag, and the read
+fails rather than mixing barriers. ``__META_BARRIER.iceberg_tag`` and ``lockstep resolve
+--json`` name the newest barrier written in every table of a scope.
+
+Being in every load, the tags also keep another engine's snapshot expiration (Spark's
+``expire_snapshots``, which keeps what refs point at) off the snapshots Lockstep still
+hands out. They are read-only: a commit cannot set, remove or require them (its updates
+and requirements are checked against the stored metadata, which has no such refs), and a
+real ref of the same name (a job called ``b42`` has the branch ``lockstep_b42``) wins.
+"""
+
+from __future__ import annotations
+
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import SnapshotRef, SnapshotRefType
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from lockstep.barrier.model import VersionState
+from lockstep.meta_tables.store.sql.schema import RetentionRow, TableVersionRow
+from lockstep.service.iceberg.fencing import lockstep_table
+from lockstep.service.iceberg.names import TableName
+
+TAG_PREFIX = "lockstep_b"
+WRITTEN = VersionState.WRITTEN.value
+
+
+def barrier_tag(barrier_id: int) -> str:
+    """The tag of barrier ``barrier_id``'s snapshots: ``lockstep_b42``."""
+    return f"{TAG_PREFIX}{barrier_id}"
+
+
+def written_snapshots(session: Session, table: TableName) -> dict[int, int]:
+    """Barrier -> snapshot of every version of ``table`` WRITTEN and retained (empty for a
+    table that is not Lockstep's)."""
+    name = lockstep_table(table)
+    keep_from = select(func.coalesce(func.max(RetentionRow.keep_from), 0)).where(
+        RetentionRow.table_name == name
+    )
+    rows = session.execute(
+        select(TableVersionRow.barrier_id, TableVersionRow.snapshot_id).where(
+            TableVersionRow.table_name == name,
+            TableVersionRow.state == WRITTEN,
+            TableVersionRow.snapshot_id.is_not(None),
+            TableVersionRow.barrier_id >= keep_from.scalar_subquery(),
+        )
+    ).all()
+    return {int(barrier): int(snapshot) for barrier, snapshot in rows}
+
+
+def with_barrier_tags(metadata: TableMetadata, written: dict[int, int]) -> TableMetadata:
+    """``metadata`` with a ``lockstep_b<N>`` tag per written barrier whose snapshot it still
+    holds (a real ref of the same name is kept)."""
+    if not written:
+        return metadata
+    held = {s.snapshot_id for s in metadata.snapshots}
+    tags = {
+        barrier_tag(barrier): SnapshotRef(
+            snapshot_id=snapshot, snapshot_ref_type=SnapshotRefType.TAG
+        )
+        for barrier, snapshot in sorted(written.items())
+        if snapshot in held
+    }
+    return metadata.model_copy(update={"refs": {**tags, **metadata.refs}})

@@ -1,0 +1,116 @@
+"""Lockstep's Spark jobs on Lockstep's own Iceberg REST catalog (#15): the shopping demo
+with its tables in the served catalog, read back at ``lockstep_b<N>`` by stock pyiceberg;
+a paused job instance refused by the catalog once a newer one attached.
+
+The service (with ``[iceberg]``) runs in this process; the demo runs as the command a user
+types (``lockstep --store URL --token T demo``), its jobs on one Spark JVM of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from service_fixtures import ADMIN_TOKEN, READ_TOKEN
+
+if TYPE_CHECKING:
+    from iceberg_rest_fixtures import CatalogService
+    from pyspark.sql import SparkSession
+
+    from lockstep.barrier.runtime.context import BarrierContext
+
+pytest.importorskip("pyiceberg")
+pytest_plugins = ["iceberg_rest_fixtures"]
+pytestmark = pytest.mark.spark
+
+BARRIERS = 3
+AGGREGATES = {"user_item_amount": 0, "user_item_price": 1}  # column -> index in the truth
+
+
+def stock_catalog(service: CatalogService, token: str = READ_TOKEN) -> Any:
+    from pyiceberg.catalog import load_catalog
+
+    return load_catalog("stock", type="rest", uri=service.uri, token=token)
+
+
+@pytest.mark.slow
+def test_the_demo_runs_in_the_served_catalog_and_its_tags_are_consistent_reads(
+    iceberg_service: CatalogService,
+) -> None:
+    lockstep_cli = str(Path(sys.executable).parent / "lockstep")
+    done = subprocess.run(
+        [lockstep_cli, "--store", iceberg_service.url, "--token", ADMIN_TOKEN, "--json", "demo"]
+        + ["--barriers", str(BARRIERS)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["consistent"], summary["reads"]
+    assert summary["barriers_done"] == BARRIERS
+
+    # stock pyiceberg with a read token: no Lockstep code reads the tables
+    from lockstep.examples.shopping import expected_sums  # the ground truth only
+
+    catalog = stock_catalog(iceberg_service)
+    tables = {name: catalog.load_table(f"default.{name}") for name in AGGREGATES}
+    for barrier in range(1, BARRIERS + 1):
+        truth = expected_sums(barrier)
+        for name, column in AGGREGATES.items():
+            snapshot = tables[name].snapshot_by_name(f"lockstep_b{barrier}")
+            assert snapshot is not None, f"{name} has no tag lockstep_b{barrier}"
+            # the catalog stamped the snapshot it accepted from the job's instance
+            assert snapshot.summary["lockstep.barrier"] == str(barrier)
+            rows = tables[name].scan(snapshot_id=snapshot.snapshot_id).to_arrow().to_pylist()
+            value = "amount" if column == 0 else "price"
+            got = {(r["user_id"], r["item_id"]): r[value] for r in rows}
+            assert got == {key: sums[column] for key, sums in truth.items()}, (name, barrier)
+    assert tables["user_item_amount"].snapshot_by_name(f"lockstep_b{BARRIERS + 1}") is None
+
+
+def _write_rows(ctx: BarrierContext) -> None:
+    rows = [(f"u{ctx.barrier_id}", ctx.barrier_id)]
+    ctx.sink("orders").append(ctx.spark.createDataFrame(rows, "user_id STRING, amount BIGINT"))
+
+
+def test_a_paused_instance_cannot_publish_once_a_newer_one_attached(
+    iceberg_service: CatalogService, spark_base: SparkSession
+) -> None:
+    import lockstep
+    from lockstep.barrier.runtime.runner import Job, JobRunner
+
+    name = f"ls_{uuid.uuid4().hex[:10]}"  # a Spark catalog name of this test's own
+    served = {"name": name, "type": "rest", "uri": iceberg_service.uri, "token": ADMIN_TOKEN}
+    ls = lockstep.connect(iceberg_service.url, token=ADMIN_TOKEN, catalog=served)
+    job = Job(
+        "load", _write_rows, sinks=["orders"], schemas={"orders": "user_id STRING, amount BIGINT"}
+    )
+    zombie = JobRunner(ls.store, job, spark_base.newSession(), ls.iceberg)
+    zombie.start()
+    assert zombie._guarded, "the runtime did not see that the catalog fences its commits"
+    ls.issue_barrier()
+    barrier = zombie.session.next_barrier()
+    assert barrier is not None
+    staged = zombie.stage(barrier)  # the step ran, PROCESSED is reported
+    zombie.session.ensure_current()  # the protocol's last token check before publishing
+
+    # ...the instance pauses here (a GC pause, a stalled VM); a newer one attaches
+    assert ls.attach("load").token == 2
+    with pytest.raises(Exception, match=r"fencing token 1\) was fenced by a newer instance"):
+        zombie.tables.publish(zombie.spark, "orders", "load")  # the fast-forward of main
+
+    orders = stock_catalog(iceberg_service).load_table("default.orders")
+    assert "main" not in orders.metadata.refs  # main never moved
+    # what the zombie staged was stamped by the catalog (the runtime tagged nothing itself)
+    staged_snapshot = orders.snapshot_by_id(staged["orders"])
+    assert staged_snapshot is not None
+    assert staged_snapshot.summary["lockstep.barrier"] == "1"
+    assert staged_snapshot.summary["lockstep.job"] == "load"
