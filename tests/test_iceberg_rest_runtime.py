@@ -44,9 +44,9 @@ def test_the_demo_runs_in_the_served_catalog_and_its_tags_are_consistent_reads(
     iceberg_service: CatalogService,
 ) -> None:
     lockstep_cli = str(Path(sys.executable).parent / "lockstep")
+    target = ["--store", iceberg_service.url, "--token", ADMIN_TOKEN]
     done = subprocess.run(
-        [lockstep_cli, "--store", iceberg_service.url, "--token", ADMIN_TOKEN, "--json", "demo"]
-        + ["--barriers", str(BARRIERS)],
+        [lockstep_cli, *target, "--json", "demo", "--barriers", str(BARRIERS)],
         capture_output=True,
         text=True,
         timeout=900,
