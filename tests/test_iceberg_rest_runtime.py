@@ -114,3 +114,50 @@ def test_a_paused_instance_cannot_publish_once_a_newer_one_attached(
     assert staged_snapshot is not None
     assert staged_snapshot.summary["lockstep.barrier"] == "1"
     assert staged_snapshot.summary["lockstep.job"] == "load"
+
+
+def test_a_revision_rolls_back_main_on_the_served_catalog(
+    iceberg_service: CatalogService, spark_base: SparkSession
+) -> None:
+    import lockstep
+    from lockstep.barrier.runtime.runner import Job, JobRunner
+
+    name = f"ls_{uuid.uuid4().hex[:10]}"
+    served = {"name": name, "type": "rest", "uri": iceberg_service.uri, "token": ADMIN_TOKEN}
+    ls = lockstep.connect(iceberg_service.url, token=ADMIN_TOKEN, catalog=served)
+    job = Job(
+        "load", _write_rows, sinks=["orders"], schemas={"orders": "user_id STRING, amount BIGINT"}
+    )
+    runner = JobRunner(ls.store, job, spark_base.newSession(), ls.iceberg)
+    runner.start()
+    ls.issue_barrier()
+    ls.issue_barrier()
+    assert runner.run(max_barriers=2) == 2
+    stock = stock_catalog(iceberg_service)
+    before = stock.load_table("default.orders")
+    at_one, at_two = before.snapshot_by_name("lockstep_b1"), before.snapshot_by_name("lockstep_b2")
+    assert at_one is not None
+    assert at_two is not None
+
+    # Spark SQL reads the tags too (a stock engine's time travel by ref name)
+    spark = spark_base.newSession()
+    ls.iceberg.register_catalog(spark)
+    for barrier, expected in ((1, 1), (2, 2)):
+        count = spark.sql(
+            f"SELECT count(*) AS n FROM {name}.default.orders VERSION AS OF 'lockstep_b{barrier}'"
+        ).first()
+        assert count is not None
+        assert count["n"] == expected
+
+    # the revision moves main back: the catalog lets it, as the revision in progress
+    ls.revise("orders", 1, spark=spark_base.newSession())
+    after = stock.load_table("default.orders")
+    assert after.metadata.refs["main"].snapshot_id == at_one.snapshot_id
+    assert after.snapshot_by_name("lockstep_b2") is None  # the revised version is gone
+    assert after.snapshot_by_name("lockstep_b1") is not None
+    # and the job's old instance (fenced by the revision) cannot put barrier 2 back
+    with pytest.raises(Exception, match="fenced by a newer instance"):
+        runner.tables.publish_snapshot(runner.spark, "orders", "load", at_two.snapshot_id)
+    assert stock.load_table("default.orders").metadata.refs["main"].snapshot_id == (
+        at_one.snapshot_id
+    )

@@ -25,7 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lockstep.barrier.iceberg.catalog import JOB_HEADER, TOKEN_HEADER, IcebergCatalog
+from lockstep.barrier.iceberg.catalog import (
+    JOB_HEADER,
+    REVISION_HEADER,
+    TOKEN_HEADER,
+    IcebergCatalog,
+)
 from lockstep.errors import CatalogError, LockstepError
 
 if TYPE_CHECKING:
@@ -115,14 +120,22 @@ class IcebergTables:
 
     def instance_session(self, spark: SparkSession, job_id: str, token: int) -> SparkSession:
         """A session whose catalog sends the job instance's credentials with every request
-        (for a catalog that fences commits itself, Lockstep's REST catalog): ``spark``
-        itself, or a new session of it if ``spark`` has built this catalog already (a
-        catalog reads its properties once, when a session first uses it)."""
+        (for a catalog that fences commits itself, Lockstep's REST catalog)."""
+        return self.committer_session(spark, {JOB_HEADER: job_id, TOKEN_HEADER: str(token)})
+
+    def revision_session(self, spark: SparkSession, revision_id: int) -> SparkSession:
+        """A session whose catalog names the revision in progress with every request (it may
+        move the revised tables' main on a catalog that fences commits)."""
+        return self.committer_session(spark, {REVISION_HEADER: str(revision_id)})
+
+    def committer_session(self, spark: SparkSession, headers: Mapping[str, str]) -> SparkSession:
+        """``spark``, or a new session of it if ``spark`` has built this catalog already (a
+        catalog reads its properties once, when a session first uses it), whose catalog
+        sends ``headers`` with every request."""
         manager = spark._jsparkSession.sessionState().catalogManager()
         if manager.isCatalogRegistered(self.name):
             spark = spark.newSession()
             self.register_catalog(spark)
-        headers = {JOB_HEADER: job_id, TOKEN_HEADER: str(token)}
         for key, value in self.catalog.committer_settings(headers).items():
             spark.conf.set(key, value)
         return spark

@@ -58,6 +58,8 @@ def revise(
         f"revision {revision.revision_id}: fenced {', '.join(revision.jobs)}; rolling back "
         f"{len(revision.tables)} table(s)"
     )
+    if tables.catalog.guards_commits():  # Lockstep's REST catalog: name the revision
+        spark = tables.revision_session(spark, revision.revision_id)
     roll_back(spark, tables, revision, say)
     finished = store.finish_revision(revision.revision_id)
     say(f"revision {revision.revision_id}: done; start the jobs to reprocess")
