@@ -48,6 +48,18 @@ class JobProtocolStore(Protocol):
         snapshots: Mapping[str, int | None] | None = None,
     ) -> list[TableVersion]: ...
 
+    def report_written_and_next(
+        self,
+        job_id: str,
+        token: int,
+        barrier_id: int,
+        snapshots: Mapping[str, int | None] | None = None,
+    ) -> tuple[list[TableVersion], Barrier | None]: ...
+
+    def wait_for_next_barrier(
+        self, job_id: str, token: int, *, timeout_s: float
+    ) -> Barrier | None: ...
+
     def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None: ...
 
     def persist_input_cut(

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from lockstep.barrier.model import Barrier, JobInstance, RecoveryPlan, TableVersion
 from lockstep.barrier.ports import JobProtocolStore
 from lockstep.errors import LockstepError
 
 STOP_CHECK_S = 0.05  # how soon a waiting job notices its stop event
+WAIT_CHUNK_S = 20.0  # the longest one wait on the store (one long poll through the service)
+T = TypeVar("T")
 
 
 class BarrierWaitTimeout(LockstepError):
@@ -90,19 +93,40 @@ class JobSession:
         return self._store.next_barrier(self.job_id, self.token)
 
     def wait_for_barrier(self, *, timeout_s: float | None = None, poll_s: float = 0.2) -> Barrier:
-        """Poll :meth:`next_barrier` until a barrier is available (or ``timeout_s`` passes)."""
+        """Wait until a barrier is available (:meth:`wait_for_next`); raise
+        :class:`BarrierWaitTimeout` if none is within ``timeout_s``. ``poll_s`` is no longer
+        used: the wait is woken by the writes that can make a barrier available."""
+        barrier = self.wait_for_next(timeout_s=timeout_s)
+        if barrier is None:
+            raise BarrierWaitTimeout(
+                f"job {self.job_id!r}: no barrier available after {timeout_s}s; is the "
+                "coordinator issuing barriers, and have the sources written them?"
+            )
+        return barrier
+
+    def wait_for_next(
+        self, *, timeout_s: float | None = None, stop: threading.Event | None = None
+    ) -> Barrier | None:
+        """The barrier to work on now, waiting for one until ``timeout_s`` passes or ``stop``
+        is set (None then).
+
+        The store does the waiting, in waits of up to :data:`WAIT_CHUNK_S`: the SQL store
+        wakes on this process's writes that can make a barrier available (and looks again,
+        backing off to a second, for other processes'), the remote store waits on the
+        service (a long poll). A wait does not hold up ``stop``: it is noticed within
+        :data:`STOP_CHECK_S`, and the wait under way is left to end on its own.
+        """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            seen = self.reports_seen()
-            barrier = self.next_barrier()
-            if barrier is not None:
+            left = WAIT_CHUNK_S if deadline is None else max(0.0, deadline - time.monotonic())
+            barrier = _unless_stopped(functools.partial(self._wait, min(left, WAIT_CHUNK_S)), stop)
+            if barrier is not None or (stop is not None and stop.is_set()):
                 return barrier
             if deadline is not None and time.monotonic() >= deadline:
-                raise BarrierWaitTimeout(
-                    f"job {self.job_id!r}: no barrier available after {timeout_s}s; is the "
-                    "coordinator issuing barriers, and have the sources written them?"
-                )
-            self.wait_for_reports(seen, poll_s)
+                return None
+
+    def _wait(self, timeout_s: float) -> Barrier | None:
+        return self._store.wait_for_next_barrier(self.job_id, self.token, timeout_s=timeout_s)
 
     @staticmethod
     def reports_seen() -> int:
@@ -137,6 +161,17 @@ class JobSession:
         _written_reports.notify()  # wake this process's jobs waiting on the new versions
         return versions
 
+    def report_written_and_next(
+        self, barrier_id: int, snapshots: Mapping[str, int | None] | None = None
+    ) -> tuple[list[TableVersion], Barrier | None]:
+        """:meth:`report_written`, and the barrier to work on next if one is available
+        already (one round trip through the service instead of two)."""
+        versions, found = self._store.report_written_and_next(
+            self.job_id, self.token, barrier_id, snapshots
+        )
+        _written_reports.notify()
+        return versions, found
+
     def report_aborted(self, barrier_id: int) -> None:
         """Roll back a PROCESSED barrier (its staged snapshots will not be published)."""
         self._store.report_aborted(self.job_id, self.token, barrier_id)
@@ -151,3 +186,32 @@ class JobSession:
     def recover(self) -> RecoveryPlan:
         """What to publish and what to abort before going on (after a restart)."""
         return self._store.recovery_plan(self.job_id, self.token)
+
+
+def _unless_stopped(wait: Callable[[], T | None], stop: threading.Event | None) -> T | None:
+    """``wait()``, or None as soon as ``stop`` is set: the wait then runs on, on a thread
+    of its own, and its answer is dropped (a barrier it took is the job's to recover, as
+    after a crash: started, never processed)."""
+    if stop is None:
+        return wait()
+    if stop.is_set():
+        return None
+    answer: list[T | None] = []
+    failure: list[BaseException] = []
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            answer.append(wait())
+        except BaseException as e:  # handed to the caller below
+            failure.append(e)
+        finally:
+            finished.set()
+
+    threading.Thread(target=run, name="lockstep-wait", daemon=True).start()
+    while not finished.wait(STOP_CHECK_S):
+        if stop.is_set():
+            return None
+    if failure:
+        raise failure[0]
+    return answer[0]

@@ -47,6 +47,9 @@ DEFAULT_TIMEOUT_S = 30.0
 # in DuckDB: minutes on a large store. Waiting less would time it out and retry it, i.e.
 # run it again on the service.
 DEFAULT_QUERY_TIMEOUT_S = 300.0
+# The longest one long poll for a job's next barrier waits on the service (its own limit);
+# a job waits longer with several.
+MAX_WAIT_S = 20.0
 
 
 class RemoteMetadataStore(MetadataStore):
@@ -81,6 +84,7 @@ class RemoteMetadataStore(MetadataStore):
         # Only the wait for the answer is longer: a replica that is down is still noticed
         # soon. Given as the request's "timeout" extension (what httpx's timeout argument
         # sets), which a client passed in, such as a test client, takes as it is.
+        self._timeout_s = timeout_s
         timeout = httpx.Timeout(timeout_s, read=query_timeout_s)
         self._query_extensions = {"timeout": timeout.as_dict()}
         if token:
@@ -207,6 +211,45 @@ class RemoteMetadataStore(MetadataStore):
             "POST", f"/v1/jobs/{job_id}/written", list[TableVersion], idempotent=True, json=body
         )
         return result
+
+    def report_written_and_next(
+        self,
+        job_id: str,
+        token: int,
+        barrier_id: int,
+        snapshots: Mapping[str, int | None] | None = None,
+    ) -> tuple[list[TableVersion], Barrier | None]:
+        body = {
+            "token": token,
+            "barrier_id": barrier_id,
+            "snapshots": dict(snapshots) if snapshots is not None else None,
+        }
+        path = f"/v1/jobs/{job_id}/written-and-next"
+        answer = self._call("POST", path, idempotent=True, json=body).json()
+        versions: list[TableVersion] = wire.load(answer["versions"], list[TableVersion])
+        found: Barrier | None = wire.load(answer["next_barrier"], Barrier | None)
+        return versions, found
+
+    def wait_for_next_barrier(self, job_id: str, token: int, *, timeout_s: float) -> Barrier | None:
+        # A long poll: the service answers as soon as a barrier is available to the job, or
+        # after wait_s with null. Idempotent (a retry asks again), and a wait longer than
+        # the service allows is several polls.
+        path = f"/v1/jobs/{job_id}/next-barrier"
+        deadline = time.monotonic() + timeout_s
+        while True:
+            wait_s = max(0.0, min(deadline - time.monotonic(), MAX_WAIT_S))
+            timeout = httpx.Timeout(self._timeout_s, read=wait_s + self._timeout_s)
+            found: Barrier | None = self._json(
+                "POST",
+                path,
+                Barrier | None,
+                idempotent=True,
+                json={"token": token},
+                params={"wait_s": round(wait_s, 3)},
+                extensions={"timeout": timeout.as_dict()},
+            )
+            if found is not None or time.monotonic() >= deadline:
+                return found
 
     def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
         body = {"token": token, "barrier_id": barrier_id}

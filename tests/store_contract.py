@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from instance_contract import InstanceContract
 from pipelines import SHOPPING, dump, register, run_barrier, snapshot_id
+from wait_contract import WaitContract
 
 from lockstep.barrier.model import VersionState
 from lockstep.errors import (
@@ -46,7 +47,7 @@ FED_SHOPPING = (
 )
 
 
-class StoreContract(InstanceContract):
+class StoreContract(InstanceContract, WaitContract):
     __test__ = False
 
     # -- topology --------------------------------------------------------------------------

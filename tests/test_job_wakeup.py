@@ -42,3 +42,24 @@ def test_waiting_for_reports_returns_on_stop_or_timeout() -> None:
     started = time.monotonic()
     JobSession.wait_for_reports(JobSession.reports_seen(), 0.05)
     assert 0.04 < time.monotonic() - started < 5.0
+
+
+def test_a_waiting_root_job_wakes_on_an_issued_barrier(ls: Lockstep) -> None:
+    ls.register_job("load", sinks=["shopping"])
+    load = ls.attach("load")
+    got: list[Barrier | None] = []
+    waiter = threading.Thread(target=lambda: got.append(load.wait_for_next(timeout_s=LONG_POLL_S)))
+    waiter.start()
+    issued = ls.issue_barrier()
+    waiter.join(timeout=LONG_POLL_S)
+    assert got == [issued]
+
+
+def test_a_waiting_job_stops_on_its_stop_event(ls: Lockstep) -> None:
+    ls.register_job("load", sinks=["shopping"])
+    load = ls.attach("load")
+    stop = threading.Event()
+    threading.Timer(0.1, stop.set).start()
+    started = time.monotonic()
+    assert load.wait_for_next(stop=stop) is None
+    assert time.monotonic() - started < 5.0  # one wait on the store lasts up to 20 s

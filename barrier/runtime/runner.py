@@ -103,6 +103,7 @@ class JobRunner:
         self._progress = progress or (lambda _message: None)
         self._session: JobSession | None = None
         self._interrupted = False  # a barrier failed part-way; recover before going on
+        self._last_written: Barrier | None = None  # the last barrier this instance wrote
         self._guarded = False  # the catalog fences and tags this job's commits (start())
         self._lineage = lineage_emitter(store, job.spec(), tables)  # OpenLineage, if configured
         tables.register_catalog(spark)
@@ -130,6 +131,7 @@ class JobRunner:
     def recover(self) -> None:
         """Finish what a previous instance left: publish pre-committed barriers (exactly the
         snapshots it staged), then drop dirty ones, which :meth:`run` replays."""
+        self._last_written = None  # what the store says from here on
         plan = self.session.recover()
         for barrier_id in sorted({p.barrier_id for p in plan.to_publish}):
             staged = {p.table: p.snapshot_id for p in plan.to_publish if p.barrier_id == barrier_id}
@@ -199,9 +201,11 @@ class JobRunner:
 
         Stops after ``max_barriers``, when ``stop`` is set (checked between barriers and
         while waiting for the next one), or, with ``until_idle``, as soon as no barrier is
-        available to the job. While waiting, it asks every ``poll_s``, and at once when a job
-        of this process reports WRITTEN (which may have made its next barrier available).
-        Meanwhile the instance reports a heartbeat every ``heartbeat_s``.
+        available to the job. While waiting it does not poll: the store wakes it when a
+        write may have made its next barrier available (at once in this process and through
+        the service; an embedded store looks again, backing off to a second, for other
+        processes' writes). ``poll_s`` is kept for callers and no longer used. Meanwhile
+        the instance reports a heartbeat every ``heartbeat_s``.
         """
         if self._session is None:
             self.start()
@@ -212,26 +216,24 @@ class JobRunner:
             self.recover()
             self._interrupted = False
         with Heartbeat(self.session, self.heartbeat_s):
-            return self._loop(max_barriers, stop or threading.Event(), until_idle, poll_s)
+            return self._loop(max_barriers, stop or threading.Event(), until_idle)
 
-    def _loop(
-        self, max_barriers: int | None, stop: threading.Event, until_idle: bool, poll_s: float
-    ) -> int:
+    def _loop(self, max_barriers: int | None, stop: threading.Event, until_idle: bool) -> int:
         done = 0
+        handed: Barrier | None = None  # the next barrier, handed with a WRITTEN report
         while max_barriers is None or done < max_barriers:
-            seen = self.session.reports_seen()
-            barrier = self.session.next_barrier()
+            barrier = handed
             if barrier is None:
-                if until_idle:
-                    break
-                # a poll interval, cut short by a WRITTEN report in this process (which
-                # may have made a barrier available to this job) or by ``stop``
-                self.session.wait_for_reports(seen, poll_s, stop)
-                if stop.is_set():
-                    break
-                continue
+                barrier = (
+                    self.session.next_barrier()
+                    if until_idle
+                    else self.session.wait_for_next(stop=stop)
+                )
+            if barrier is None:
+                break  # none available (until_idle), or stopped while waiting
+            more = (max_barriers is None or done + 1 < max_barriers) and not stop.is_set()
             try:
-                self.run_barrier(barrier)
+                handed = self.run_barrier(barrier, ask_next=more)
             except BaseException:
                 self._interrupted = True
                 raise
@@ -240,15 +242,19 @@ class JobRunner:
                 break
         return done
 
-    def run_barrier(self, barrier: Barrier) -> None:
-        """Process one barrier through the whole protocol (DESIGN §4)."""
+    def run_barrier(self, barrier: Barrier, *, ask_next: bool = False) -> Barrier | None:
+        """Process one barrier through the whole protocol (DESIGN §4); with ``ask_next``,
+        the WRITTEN report also asks for the job's next barrier and returns it (None if
+        none is available yet), one round trip instead of two."""
         try:
             staged = self.stage(barrier)
-            self.publish(barrier.barrier_id, staged)
+            handed = self.publish(barrier.barrier_id, staged, ask_next=ask_next)
         except BaseException as e:
             self._lineage.interrupted(barrier.barrier_id, e)
             raise
+        self._last_written = barrier
         self._progress(f"{self.job.job_id}: barrier {barrier.barrier_id} written")
+        return handed
 
     def stage(self, barrier: Barrier) -> dict[str, int | None]:
         """Protocol steps 1 and 2: persist the input cuts, compute, stage every sink as a
@@ -289,19 +295,27 @@ class JobRunner:
         _fault_point("after_processed", b, job_id)
         return staged
 
-    def publish(self, barrier_id: int, staged: Mapping[str, int | None]) -> None:
+    def publish(
+        self, barrier_id: int, staged: Mapping[str, int | None], *, ask_next: bool = False
+    ) -> Barrier | None:
         """Protocol step 3: fast-forward each sink's main to the snapshot staged for the
         barrier, then report WRITTEN. Idempotent (a table whose main already holds the
-        barrier is left alone); a fenced instance raises FencedError and never moves main."""
+        barrier is left alone); a fenced instance raises FencedError and never moves main.
+        With ``ask_next``, returns the job's next barrier if one is available already."""
         self.session.ensure_current()
         published = {
             table: self._publish(table, barrier_id, staged.get(table)) for table in self.job.sinks
         }
         _fault_point("after_publish", barrier_id, self.job.job_id)
-        written = self.session.report_written(barrier_id, published)
+        handed = None
+        if ask_next:
+            written, handed = self.session.report_written_and_next(barrier_id, published)
+        else:
+            written = self.session.report_written(barrier_id, published)
         self._lineage.completed(barrier_id, written)
         self._after_written(barrier_id)
         _fault_point("after_written", barrier_id, self.job.job_id)
+        return handed
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -347,7 +361,12 @@ class JobRunner:
         return cuts
 
     def _previous_barrier(self, barrier_id: int) -> Barrier | None:
-        """The job's last written barrier before this one (None on its first barrier)."""
+        """The job's last written barrier before this one (None on its first barrier): the
+        one this instance wrote last, if any (the store hands out barriers in order, and a
+        revision fences the instance), else the store's record."""
+        last = self._last_written
+        if last is not None and last.barrier_id < barrier_id:
+            return last
         written = [
             p.barrier_id
             for p in self.store.job_progress(self.job.job_id, limit=4)

@@ -25,9 +25,6 @@ from lockstep.api import wire
 from lockstep.barrier.model import (
     Barrier,
     FoundVersion,
-    JobInstance,
-    JobProgress,
-    RecoveryPlan,
     Revision,
     TableRetention,
     TableStatus,
@@ -49,24 +46,19 @@ from lockstep.service.deps import Admin, Caller, Reader
 from lockstep.service.guard import DEFAULT_MAX_BODY_BYTES, Guard
 from lockstep.service.iceberg.config import IcebergSettings
 from lockstep.service.iceberg.mount import mount_iceberg
+from lockstep.service.job_routes import add_job_protocol
 from lockstep.service.requests import (
-    INT64_MAX,
     BarrierPath,
-    BarrierRefIn,
-    InputCutIn,
     JobIn,
     LeadIn,
     LeaseIn,
     Limit,
     RenewIn,
-    ReportIn,
     ResolveIn,
     RestoreIn,
     RetentionIn,
     RevisionIn,
     SqlIn,
-    TokenIn,
-    WrittenIn,
 )
 from lockstep.service.status import collect_status, render_status_page
 from lockstep.topology.model import JobSpec
@@ -122,7 +114,7 @@ def create_app(
     _add_catalog(app, catalog, serves_iceberg=iceberg is not None)
     _add_topology(app, store)
     _add_barriers(app, store)
-    _add_job_protocol(app, store)
+    add_job_protocol(app, store)
     _add_reads(app, store, max_leases_per_caller=max_leases_per_caller)
     _add_operations(app, store)
     _add_leadership(app, store)
@@ -212,67 +204,6 @@ def _add_barriers(app: FastAPI, store: MetadataStore) -> None:
     @app.get("/v1/barriers/{barrier_id}")
     def get_barrier(barrier_id: BarrierPath, _: Reader) -> Any:
         return wire.dump(store.get_barrier(barrier_id), Barrier)
-
-
-def _add_job_protocol(app: FastAPI, store: MetadataStore) -> None:
-    """The job protocol (DESIGN §4): attach, next barrier, reports, input cuts, recovery."""
-
-    @app.post("/v1/jobs/{job_id}/instances")
-    def attach(job_id: str, _: Admin) -> Any:
-        return wire.dump(store.attach(job_id), JobInstance)
-
-    @app.post("/v1/jobs/{job_id}/heartbeat")
-    def heartbeat(job_id: str, body: TokenIn, _: Admin) -> dict[str, str]:
-        store.heartbeat(job_id, body.token)
-        return {"status": "ok"}
-
-    @app.post("/v1/jobs/{job_id}/next-barrier")
-    def next_barrier(job_id: str, body: TokenIn, _: Admin) -> Any:
-        return wire.dump(store.next_barrier(job_id, body.token), Barrier | None)
-
-    @app.post("/v1/jobs/{job_id}/processed")
-    def report_processed(job_id: str, body: ReportIn, _: Admin) -> Any:
-        versions = store.report_processed(job_id, body.token, body.barrier_id, body.snapshots)
-        return wire.dump(versions, list[TableVersion])
-
-    @app.post("/v1/jobs/{job_id}/written")
-    def report_written(job_id: str, body: WrittenIn, _: Admin) -> Any:
-        versions = store.report_written(job_id, body.token, body.barrier_id, body.snapshots)
-        return wire.dump(versions, list[TableVersion])
-
-    @app.post("/v1/jobs/{job_id}/aborted")
-    def report_aborted(job_id: str, body: BarrierRefIn, _: Admin) -> dict[str, int]:
-        store.report_aborted(job_id, body.token, body.barrier_id)
-        return {"aborted": body.barrier_id}
-
-    @app.post("/v1/jobs/{job_id}/input-cuts")
-    def persist_input_cut(job_id: str, body: InputCutIn, _: Admin) -> dict[str, Any]:
-        return store.persist_input_cut(job_id, body.token, body.barrier_id, body.source, body.cut)
-
-    @app.get("/v1/jobs/{job_id}/input-cuts/{barrier_id}")
-    def input_cuts(job_id: str, barrier_id: BarrierPath, _: Reader) -> dict[str, dict[str, Any]]:
-        return store.input_cuts(job_id, barrier_id)
-
-    @app.get("/v1/jobs/{job_id}/recovery")
-    def recovery_plan(
-        job_id: str, token: Annotated[int, Query(ge=-INT64_MAX - 1, le=INT64_MAX)], _: Admin
-    ) -> Any:
-        return wire.dump(store.recovery_plan(job_id, token), RecoveryPlan)
-
-    @app.get("/v1/jobs/{job_id}/progress")
-    def job_progress(job_id: str, _: Reader, limit: Limit = None) -> Any:
-        return wire.dump(store.job_progress(job_id, limit=limit), list[JobProgress])
-
-    @app.get("/v1/tables/{table}/versions")
-    def table_versions(table: str, _: Reader, limit: Limit = None) -> Any:
-        return wire.dump(store.table_versions(table, limit=limit), list[TableVersion])
-
-    @app.get("/v1/tables/{table}/versions/as-of/{barrier_id}")
-    def version_as_of(
-        table: str, barrier_id: BarrierPath, _: Reader, written_only: bool = True
-    ) -> Any:
-        version = store.version_as_of(table, barrier_id, written_only=written_only)
-        return wire.dump(version, TableVersion | None)
 
 
 def _add_reads(app: FastAPI, store: MetadataStore, *, max_leases_per_caller: int) -> None:

@@ -17,6 +17,8 @@ Int64 = Annotated[int, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]  # what the store
 BarrierId = Annotated[int, Field(ge=1, le=INT64_MAX)]  # barriers are numbered from 1
 BarrierPath = Annotated[int, FastApiPath(ge=0, le=INT64_MAX)]
 Limit = Annotated[int | None, Query(gt=0, le=1_000_000)]
+MAX_WAIT_S = 60.0  # the longest a long poll for a job's next barrier may wait
+WaitS = Annotated[float, Query(ge=0, le=MAX_WAIT_S, description="seconds to wait for one")]
 
 
 class _Body(BaseModel):

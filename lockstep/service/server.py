@@ -24,6 +24,7 @@ from lockstep.service.settings import ServiceSettings
 from lockstep.stores import is_embedded, open_store
 
 log = logging.getLogger("lockstep.service")
+SHUTDOWN_GRACE_S = 5  # seconds a stopping replica lets running requests finish
 
 
 def serve(settings: ServiceSettings) -> None:
@@ -69,7 +70,15 @@ def serve(settings: ServiceSettings) -> None:
         # clean exit, so the ticker resigns its lease and the store closes
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+        # requests still running after this at shutdown are cut (long polls wait up to
+        # 20 s): their clients retry, on another replica if there is one
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        )
     finally:
         if ticker is not None:
             ticker.stop()

@@ -9,7 +9,8 @@ in the same transaction, persisted before the method returns.
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -108,6 +109,45 @@ class MetadataStore(abc.ABC):
         snapshots: Mapping[str, int | None] | None = None,
     ) -> list[TableVersion]:
         """Record that the staged snapshots were published on main (commit)."""
+
+    def report_written_and_next(
+        self,
+        job_id: str,
+        token: int,
+        barrier_id: int,
+        snapshots: Mapping[str, int | None] | None = None,
+    ) -> tuple[list[TableVersion], Barrier | None]:
+        """:meth:`report_written`, then :meth:`next_barrier` (the barrier the job should work
+        on now, or None): one round trip where the store can (one transaction in the SQL
+        store, one call through the service). The same rules and answers as the two calls.
+        """
+        versions = self.report_written(job_id, token, barrier_id, snapshots)
+        return versions, self.next_barrier(job_id, token)
+
+    def wait_for_next_barrier(self, job_id: str, token: int, *, timeout_s: float) -> Barrier | None:
+        """:meth:`next_barrier`, waiting up to ``timeout_s`` for one to become available
+        (None if none did). The SQL store wakes on the writes that can make one available,
+        the remote store waits on the service (a long poll); this default looks again after
+        a pause that doubles from 0.05 s up to 1 s."""
+        deadline = time.monotonic() + timeout_s
+        pause = 0.05
+        while True:
+            found = self.next_barrier(job_id, token)
+            remaining = deadline - time.monotonic()
+            if found is not None or remaining <= 0:
+                return found
+            time.sleep(min(pause, remaining))
+            pause = min(pause * 2, 1.0)
+
+    def subscribe_wakeups(
+        self, callback: Callable[[frozenset[str] | None], None]
+    ) -> Callable[[], None] | None:
+        """Call ``callback(jobs)`` after each write that may have made a barrier available
+        to ``jobs`` (None: to any job), from any thread; returns the function that ends the
+        subscription, or None if this store cannot tell (its waiters look again on a timer).
+        A wake-up is a hint to look again, never a promise: one can be missed or spurious.
+        """
+        return None
 
     @abc.abstractmethod
     def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:

@@ -37,12 +37,13 @@ from lockstep.meta_tables.store.sql import (
     export,
     leases,
     protocol,
-    repair,
     resolve,
     retention,
     revision,
+    rounds,
     rows,
     topology,
+    wakeups,
 )
 from lockstep.meta_tables.store.sql.engine import WRITE_OPTION, create_store_engine
 from lockstep.meta_tables.store.sql.migrations import migrate
@@ -87,6 +88,7 @@ class SqlMetadataStore(MetadataStore):
     def __init__(self, engine: Engine, *, clock: Clock = utc_now) -> None:
         self._engine = engine
         self._clock = clock
+        self._listener: wakeups.Listener | None = None
         try:
             migrate(engine)
         except DBAPIError as e:
@@ -106,6 +108,8 @@ class SqlMetadataStore(MetadataStore):
         return self._clock()
 
     def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
         self._engine.dispose()
 
     # -- transactions ----------------------------------------------------------------------
@@ -144,7 +148,7 @@ class SqlMetadataStore(MetadataStore):
         return self._write(lambda s: topology.register_job(s, spec, self._clock()))
 
     def unregister_job(self, job_id: str, *, force: bool = False) -> None:
-        self._write(lambda s: topology.unregister_job(s, job_id, force=force, now=self._clock()))
+        self._write(lambda s: rounds.unregister_job(s, job_id, force=force, now=self._clock()))
 
     def topology(self) -> Topology:
         return self._read(rows.load_topology)
@@ -155,7 +159,7 @@ class SqlMetadataStore(MetadataStore):
     # -- barriers --------------------------------------------------------------------------
 
     def issue_barrier(self) -> Barrier:
-        return self._write(lambda s: protocol.issue_barrier(s, self._clock()))
+        return self._write(lambda s: rounds.issue_barrier(s, self._clock()))
 
     def get_barrier(self, barrier_id: int) -> Barrier:
         return self._read(lambda s: rows.barrier(s, barrier_id))
@@ -167,7 +171,7 @@ class SqlMetadataStore(MetadataStore):
     # -- job protocol ----------------------------------------------------------------------
 
     def attach(self, job_id: str) -> JobInstance:
-        return self._write(lambda s: protocol.attach(s, job_id, self._clock()))
+        return self._write(lambda s: rounds.attach(s, job_id, self._clock()))
 
     def heartbeat(self, job_id: str, token: int) -> None:
         self._write(lambda s: protocol.heartbeat(s, job_id, token, self._clock()))
@@ -196,13 +200,37 @@ class SqlMetadataStore(MetadataStore):
         snapshots: Mapping[str, int | None] | None = None,
     ) -> list[TableVersion]:
         return self._write(
-            lambda s: protocol.report_written(
+            lambda s: rounds.report_written(s, job_id, token, barrier_id, snapshots, self._clock())
+        )
+
+    def report_written_and_next(
+        self,
+        job_id: str,
+        token: int,
+        barrier_id: int,
+        snapshots: Mapping[str, int | None] | None = None,
+    ) -> tuple[list[TableVersion], Barrier | None]:
+        return self._write(
+            lambda s: rounds.report_written_and_next(
                 s, job_id, token, barrier_id, snapshots, self._clock()
             )
         )
 
+    def wait_for_next_barrier(self, job_id: str, token: int, *, timeout_s: float) -> Barrier | None:
+        # woken by this process's writes (and, once a listener runs, other processes'
+        # on PostgreSQL); else it looks again after a pause that doubles up to a second
+        found: Barrier | None = wakeups.wait_for(
+            self._engine, job_id, lambda: self.next_barrier(job_id, token), timeout_s
+        )
+        return found
+
+    def subscribe_wakeups(self, callback: wakeups.WakeCallback) -> Callable[[], None] | None:
+        if self._listener is None:
+            self._listener = wakeups.listen(self._engine)  # None on SQLite
+        return wakeups.subscribers.subscribe(wakeups.scope_of(self._engine), callback)
+
     def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
-        self._write(lambda s: protocol.report_aborted(s, job_id, token, barrier_id, self._clock()))
+        self._write(lambda s: rounds.report_aborted(s, job_id, token, barrier_id, self._clock()))
 
     def persist_input_cut(
         self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
@@ -315,11 +343,11 @@ class SqlMetadataStore(MetadataStore):
 
     def begin_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
         return self._write(
-            lambda s: revision.begin(s, table, to_barrier, full=full, now=self._clock())
+            lambda s: rounds.begin_revision(s, table, to_barrier, full=full, now=self._clock())
         )
 
     def finish_revision(self, revision_id: int) -> Revision:
-        return self._write(lambda s: revision.finish(s, revision_id, self._clock()))
+        return self._write(lambda s: rounds.finish_revision(s, revision_id, self._clock()))
 
     def revisions(self, *, limit: int | None = None) -> list[Revision]:
         return self._read(lambda s: revision.listing(s, limit))
@@ -340,7 +368,7 @@ class SqlMetadataStore(MetadataStore):
         return self._write(work)
 
     def restore_versions(self, found: Sequence[FoundVersion]) -> list[TableVersion]:
-        return self._write(lambda s: repair.restore(s, found, self._clock()))
+        return self._write(lambda s: rounds.restore_versions(s, found, self._clock()))
 
     # -- coordination between replicas --------------------------------------------------------
 

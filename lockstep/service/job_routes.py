@@ -1,0 +1,109 @@
+"""The job protocol's endpoints (DESIGN §4): attach, next barrier (a long poll), reports,
+input cuts, recovery, and the job's own history.
+
+A job's barrier costs two or three calls: ``next-barrier`` (waiting on the service, not
+polling it: ``wakeup.py``), ``processed``, and ``written-and-next``, whose answer carries
+the job's next barrier when one is already available.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Query
+
+from lockstep.api import wire
+from lockstep.barrier.model import Barrier, JobInstance, JobProgress, RecoveryPlan, TableVersion
+from lockstep.meta_tables.store.base import MetadataStore
+from lockstep.service.deps import Admin, Reader
+from lockstep.service.requests import (
+    INT64_MAX,
+    BarrierPath,
+    BarrierRefIn,
+    InputCutIn,
+    Limit,
+    ReportIn,
+    TokenIn,
+    WaitS,
+    WrittenIn,
+)
+from lockstep.service.wakeup import BarrierWaits
+
+
+def add_job_protocol(app: FastAPI, store: MetadataStore) -> BarrierWaits:
+    """The job protocol's routes on ``app``; returns the long polls' :class:`BarrierWaits`
+    (closed when the app shuts down)."""
+    waits = BarrierWaits(store)
+    app.state.barrier_waits = waits
+    app.router.on_shutdown.append(waits.close)
+
+    @app.post("/v1/jobs/{job_id}/instances")
+    def attach(job_id: str, _: Admin) -> Any:
+        return wire.dump(store.attach(job_id), JobInstance)
+
+    @app.post("/v1/jobs/{job_id}/heartbeat")
+    def heartbeat(job_id: str, body: TokenIn, _: Admin) -> dict[str, str]:
+        store.heartbeat(job_id, body.token)
+        return {"status": "ok"}
+
+    @app.post("/v1/jobs/{job_id}/next-barrier")
+    async def next_barrier(job_id: str, body: TokenIn, _: Admin, wait_s: WaitS = 0.0) -> Any:
+        """The job's next barrier, or null; with ``wait_s``, waiting up to that long for one."""
+        return wire.dump(await waits.next_barrier(job_id, body.token, wait_s), Barrier | None)
+
+    @app.post("/v1/jobs/{job_id}/processed")
+    def report_processed(job_id: str, body: ReportIn, _: Admin) -> Any:
+        versions = store.report_processed(job_id, body.token, body.barrier_id, body.snapshots)
+        return wire.dump(versions, list[TableVersion])
+
+    @app.post("/v1/jobs/{job_id}/written")
+    def report_written(job_id: str, body: WrittenIn, _: Admin) -> Any:
+        versions = store.report_written(job_id, body.token, body.barrier_id, body.snapshots)
+        return wire.dump(versions, list[TableVersion])
+
+    @app.post("/v1/jobs/{job_id}/written-and-next")
+    def report_written_and_next(job_id: str, body: WrittenIn, _: Admin) -> dict[str, Any]:
+        """The WRITTEN report, and the job's next barrier (null if none is available yet)."""
+        versions, found = store.report_written_and_next(
+            job_id, body.token, body.barrier_id, body.snapshots
+        )
+        return {
+            "versions": wire.dump(versions, list[TableVersion]),
+            "next_barrier": wire.dump(found, Barrier | None),
+        }
+
+    @app.post("/v1/jobs/{job_id}/aborted")
+    def report_aborted(job_id: str, body: BarrierRefIn, _: Admin) -> dict[str, int]:
+        store.report_aborted(job_id, body.token, body.barrier_id)
+        return {"aborted": body.barrier_id}
+
+    @app.post("/v1/jobs/{job_id}/input-cuts")
+    def persist_input_cut(job_id: str, body: InputCutIn, _: Admin) -> dict[str, Any]:
+        return store.persist_input_cut(job_id, body.token, body.barrier_id, body.source, body.cut)
+
+    @app.get("/v1/jobs/{job_id}/input-cuts/{barrier_id}")
+    def input_cuts(job_id: str, barrier_id: BarrierPath, _: Reader) -> dict[str, dict[str, Any]]:
+        return store.input_cuts(job_id, barrier_id)
+
+    @app.get("/v1/jobs/{job_id}/recovery")
+    def recovery_plan(
+        job_id: str, token: Annotated[int, Query(ge=-INT64_MAX - 1, le=INT64_MAX)], _: Admin
+    ) -> Any:
+        return wire.dump(store.recovery_plan(job_id, token), RecoveryPlan)
+
+    @app.get("/v1/jobs/{job_id}/progress")
+    def job_progress(job_id: str, _: Reader, limit: Limit = None) -> Any:
+        return wire.dump(store.job_progress(job_id, limit=limit), list[JobProgress])
+
+    @app.get("/v1/tables/{table}/versions")
+    def table_versions(table: str, _: Reader, limit: Limit = None) -> Any:
+        return wire.dump(store.table_versions(table, limit=limit), list[TableVersion])
+
+    @app.get("/v1/tables/{table}/versions/as-of/{barrier_id}")
+    def version_as_of(
+        table: str, barrier_id: BarrierPath, _: Reader, written_only: bool = True
+    ) -> Any:
+        version = store.version_as_of(table, barrier_id, written_only=written_only)
+        return wire.dump(version, TableVersion | None)
+
+    return waits

@@ -1,0 +1,101 @@
+"""Long polls for a job's next barrier: a waiting job costs the service nothing until a
+write may have made its barrier available.
+
+``POST /v1/jobs/{id}/next-barrier?wait_s=N`` answers at once if a barrier is available to
+the job, else waits up to ``wait_s`` on the event loop (no thread is held) and looks again
+when the store announces a write that concerns the job (``meta_tables/store/sql/
+wakeups.py``: this replica's own writes at commit, other replicas' through PostgreSQL
+``LISTEN/NOTIFY``). Each look is one ``next_barrier`` call on the thread pool, so the
+answer, and the start it records, are exactly those of a plain call. A store that cannot
+announce makes the waits look again on a timer (0.05 s doubling to 1 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+
+import anyio
+
+from lockstep.barrier.model import Barrier
+from lockstep.meta_tables.store.base import MetadataStore
+
+FIRST_POLL_S = 0.05  # without announcements: look again after this...
+MAX_POLL_S = 1.0  # ...doubling up to this
+_Wait = tuple[asyncio.AbstractEventLoop, asyncio.Event]  # a long poll's loop and event
+
+
+class BarrierWaits:
+    """The long polls of one service, per job, and the wake-ups that end them.
+
+    >>> waits = BarrierWaits(store)  # doctest: +SKIP
+    >>> await waits.next_barrier("sum_price", token, wait_s=20)  # doctest: +SKIP
+    """
+
+    def __init__(self, store: MetadataStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()  # wake-ups come from writer and listener threads
+        # per job, its waits: each an event and the loop it waits on
+        self._waiting: dict[str, set[_Wait]] = {}
+        self._unsubscribe = store.subscribe_wakeups(self._woken)
+        self.announced = self._unsubscribe is not None
+        self._closed = False
+
+    @property
+    def waiting(self) -> int:
+        """How many long polls wait now."""
+        with self._lock:
+            return sum(len(waits) for waits in self._waiting.values())
+
+    def close(self) -> None:
+        """End the subscription and every wait (each looks once more and answers)."""
+        self._closed = True
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        self._woken(None)
+
+    async def next_barrier(self, job_id: str, token: int, wait_s: float) -> Barrier | None:
+        """The job's next barrier, waiting up to ``wait_s`` for one (None if none came)."""
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+        wait = (loop, woken)
+        with self._lock:
+            self._waiting.setdefault(job_id, set()).add(wait)
+        try:
+            deadline = loop.time() + wait_s
+            pause = FIRST_POLL_S
+            while True:
+                woken.clear()  # before the look: a wake-up during it is not lost
+                found = await anyio.to_thread.run_sync(self._store.next_barrier, job_id, token)
+                remaining = deadline - loop.time()
+                if found is not None or remaining <= 0 or self._closed:
+                    return found
+                if not self.announced:  # look again after a pause, or when woken anyway
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(woken.wait(), min(pause, remaining))
+                    pause = min(pause * 2, MAX_POLL_S)
+                    continue
+                try:
+                    await asyncio.wait_for(woken.wait(), remaining)
+                except asyncio.TimeoutError:
+                    return None  # nothing announced: the job asks again, and that looks
+        finally:
+            with self._lock:
+                waits = self._waiting.get(job_id, set())
+                waits.discard(wait)
+                if not waits:
+                    self._waiting.pop(job_id, None)
+
+    def _woken(self, jobs: frozenset[str] | None) -> None:
+        """A write may have made a barrier available to ``jobs`` (None: any): wake their
+        long polls. Called from any thread."""
+        with self._lock:
+            if jobs is None:
+                waits = [w for found in self._waiting.values() for w in found]
+            else:
+                waits = [w for job in jobs for w in self._waiting.get(job, ())]
+        for loop, event in waits:
+            with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
+                loop.call_soon_threadsafe(event.set)

@@ -1,0 +1,89 @@
+"""The store's writes that can make a barrier available to a job, each announcing the jobs
+it concerns (``wakeups.py``) in its own transaction, and a job's round trip: its WRITTEN
+report and its next barrier in one transaction.
+
+Each function runs inside the caller's write transaction and calls the operation it wraps
+unchanged: the rules and the rows written are those of ``protocol``, ``revision``,
+``repair`` and ``topology``; only the announcement is added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from lockstep.barrier.model import Barrier, FoundVersion, JobInstance, Revision, TableVersion
+from lockstep.meta_tables.store.sql import protocol, repair, revision, topology, wakeups
+
+
+def issue_barrier(s: Session, now: datetime) -> Barrier:
+    barrier = protocol.issue_barrier(s, now)
+    wakeups.announce_roots(s)
+    return barrier
+
+
+def attach(s: Session, job_id: str, now: datetime) -> JobInstance:
+    instance = protocol.attach(s, job_id, now)
+    wakeups.announce_jobs(s, [job_id])  # a fenced instance that waits learns it at once
+    return instance
+
+
+def report_written(
+    s: Session,
+    job_id: str,
+    token: int,
+    barrier_id: int,
+    snapshots: Mapping[str, int | None] | None,
+    now: datetime,
+) -> list[TableVersion]:
+    versions = protocol.report_written(s, job_id, token, barrier_id, snapshots, now)
+    wakeups.announce_readers(s, [v.table for v in versions])
+    return versions
+
+
+def report_written_and_next(
+    s: Session,
+    job_id: str,
+    token: int,
+    barrier_id: int,
+    snapshots: Mapping[str, int | None] | None,
+    now: datetime,
+) -> tuple[list[TableVersion], Barrier | None]:
+    """The WRITTEN report, then the job's next barrier (its start recorded) as a
+    ``next_barrier`` call right after it would answer: one transaction, one round trip."""
+    versions = report_written(s, job_id, token, barrier_id, snapshots, now)
+    return versions, protocol.start_next_barrier(s, job_id, token, now)
+
+
+def report_aborted(s: Session, job_id: str, token: int, barrier_id: int, now: datetime) -> None:
+    protocol.report_aborted(s, job_id, token, barrier_id, now)
+    wakeups.announce_jobs(s, [job_id])  # the barrier is the job's to take again
+
+
+def unregister_job(s: Session, job_id: str, *, force: bool, now: datetime) -> None:
+    topology.unregister_job(s, job_id, force=force, now=now)
+    wakeups.announce_all(s)  # its waiting instance is told it is gone
+
+
+def begin_revision(
+    s: Session, table: str, to_barrier: int, *, full: bool, now: datetime
+) -> Revision:
+    found = revision.begin(s, table, to_barrier, full=full, now=now)
+    wakeups.announce_all(s)  # progress moved back: fenced jobs learn it, others look again
+    return found
+
+
+def finish_revision(s: Session, revision_id: int, now: datetime) -> Revision:
+    found = revision.finish(s, revision_id, now)
+    wakeups.announce_all(s)
+    return found
+
+
+def restore_versions(
+    s: Session, found: Sequence[FoundVersion], now: datetime
+) -> list[TableVersion]:
+    restored = repair.restore(s, found, now)
+    wakeups.announce_all(s)
+    return restored

@@ -1,0 +1,150 @@
+"""The service's long poll for a job's next barrier (lockstep/service/wakeup.py): waiting
+jobs cost one store look per poll, not one per poll interval; a write wakes the jobs it
+concerns; a poll ends at its wait_s with null; a stopped job does not wait for the poll."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import FakeClock
+from pipelines import register, snapshot_id
+from service_fixtures import running
+
+from lockstep.barrier.model import Barrier
+from lockstep.barrier.session import JobSession
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
+from lockstep.remote import RemoteMetadataStore
+from lockstep.topology.model import JobSpec
+
+pytest.importorskip("fastapi")
+from lockstep.service.app import create_app
+from lockstep.service.wakeup import BarrierWaits
+
+WAIT_S = 30.0  # a woken wait returns long before this
+ROOTS = 20
+
+
+class CountingStore(SqlMetadataStore):
+    """Counts the service's looks at a job's next barrier."""
+
+    looks = 0
+
+    def next_barrier(self, job_id: str, token: int) -> Barrier | None:
+        type(self).looks += 1
+        return super().next_barrier(job_id, token)
+
+
+@pytest.fixture
+def counted(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[CountingStore, str]]:
+    CountingStore.looks = 0
+    store = CountingStore.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
+    with running(create_app(store)) as url:
+        yield store, url
+    store.close()
+
+
+def _poll(url: str, job_id: str, token: int, wait_s: float) -> httpx.Response:
+    return httpx.post(
+        f"{url}/v1/jobs/{job_id}/next-barrier",
+        params={"wait_s": wait_s},
+        json={"token": token},
+        timeout=wait_s + 30,
+    )
+
+
+def test_waiting_jobs_look_once_and_are_woken_by_the_barrier(
+    counted: tuple[CountingStore, str],
+) -> None:
+    store, url = counted
+    register(store, tuple(JobSpec(f"root_{i}", sinks=(f"t_{i}",)) for i in range(ROOTS)))
+    tokens = {f"root_{i}": store.attach(f"root_{i}").token for i in range(ROOTS)}
+    answers: dict[str, httpx.Response] = {}
+    pollers = [
+        threading.Thread(target=lambda j=j, t=t: answers.update({j: _poll(url, j, t, WAIT_S)}))
+        for j, t in tokens.items()
+    ]
+    for poller in pollers:
+        poller.start()
+    deadline = time.monotonic() + WAIT_S
+    while CountingStore.looks < ROOTS and time.monotonic() < deadline:
+        time.sleep(0.01)  # until every poll has looked once
+    assert CountingStore.looks == ROOTS
+    time.sleep(0.5)  # waiting: no more looks meanwhile (no polling on the service either)
+    assert CountingStore.looks == ROOTS
+    started = time.monotonic()
+    store.issue_barrier()
+    for poller in pollers:
+        poller.join(WAIT_S)
+    assert time.monotonic() - started < WAIT_S / 2, "the polls were not woken"
+    assert {j: r.json()["barrier_id"] for j, r in answers.items()} == dict.fromkeys(tokens, 1)
+    assert CountingStore.looks == 2 * ROOTS  # one more look each, when woken
+
+
+def test_a_poll_ends_at_its_wait_with_null(counted: tuple[CountingStore, str]) -> None:
+    store, url = counted
+    register(store)
+    token = store.attach("sum_amount").token
+    started = time.monotonic()
+    answer = _poll(url, "sum_amount", token, 0.3)
+    assert answer.status_code == 200
+    assert answer.json() is None
+    assert time.monotonic() - started >= 0.3
+    assert CountingStore.looks == 1
+    too_long = _poll(url, "sum_amount", token, 3_600)
+    assert too_long.status_code == 422
+    assert "wait_s" in too_long.json()["message"]
+
+
+def test_a_stopped_job_does_not_wait_out_the_poll(counted: tuple[CountingStore, str]) -> None:
+    store, url = counted
+    register(store)
+    remote = RemoteMetadataStore(url)
+    session = JobSession(remote, remote.attach("sum_amount"))
+    stop = threading.Event()
+    threading.Timer(0.2, stop.set).start()
+    started = time.monotonic()
+    assert session.wait_for_next(stop=stop) is None
+    assert time.monotonic() - started < 10.0  # the poll under way waits 20 s
+    store.attach("sum_amount")  # ends that poll (fenced), so the server stops at once
+    remote.close()
+
+
+def test_a_remote_job_goes_on_through_the_handed_barrier(
+    counted: tuple[CountingStore, str],
+) -> None:
+    store, url = counted
+    register(store)
+    remote = RemoteMetadataStore(url)
+    session = JobSession(remote, remote.attach("load_shopping"))
+    store.issue_barrier()
+    store.issue_barrier()
+    first = session.wait_for_next(timeout_s=WAIT_S)
+    assert first is not None
+    session.report_processed(1, {"shopping": snapshot_id("shopping", 1)})
+    versions, handed = session.report_written_and_next(1)
+    assert [v.state.value for v in versions] == ["WRITTEN"]
+    assert handed is not None
+    assert handed.barrier_id == 2
+    remote.close()
+
+
+def test_closing_ends_the_waits(sqlite_store: SqlMetadataStore) -> None:
+    register(sqlite_store)
+    token = sqlite_store.attach("sum_amount").token
+    waits = BarrierWaits(sqlite_store)
+
+    async def wait_then_close() -> Barrier | None:
+        poll = asyncio.ensure_future(waits.next_barrier("sum_amount", token, WAIT_S))
+        while waits.waiting == 0:
+            await asyncio.sleep(0.01)
+        waits.close()
+        return await asyncio.wait_for(poll, WAIT_S / 2)
+
+    assert asyncio.run(wait_then_close()) is None
+    assert waits.waiting == 0
