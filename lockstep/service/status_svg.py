@@ -77,10 +77,7 @@ def topology_svg(
         f'<svg id="topology" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}" style="--w: {width}" role="img" '
         'aria-label="topology">',
-        '<defs><marker id="arrow" markerWidth="9" markerHeight="8" refX="9" refY="4" '
-        'orient="auto"><path d="M0,0 L9,4 L0,8 z" fill="#80868b"/></marker>'
-        '<marker id="arrow-hot" markerWidth="9" markerHeight="8" refX="9" refY="4" '
-        'orient="auto"><path d="M0,0 L9,4 L0,8 z" fill="#e8710a"/></marker></defs>',
+        "<defs>" + _marker("arrow", "#80868b") + _marker("arrow-hot", "#e8710a") + "</defs>",
     ]
     for source, target in edges:
         (x1, y1), (x2, y2) = positions[source], positions[target]
@@ -100,6 +97,15 @@ def topology_svg(
         parts.append(draw(by_node[node], x, y, bottleneck, node in on_path))
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _marker(name: str, colour: str) -> str:
+    # sized in the drawing's units: a thicker (critical) edge keeps the same arrow head
+    return (
+        f'<marker id="{name}" markerWidth="10" markerHeight="8" refX="9" refY="4" '
+        f'markerUnits="userSpaceOnUse" orient="auto">'
+        f'<path d="M0,0 L10,4 L0,8 z" fill="{colour}"/></marker>'
+    )
 
 
 def _critical_nodes(bottleneck: Mapping[str, Any] | None) -> set[str]:
