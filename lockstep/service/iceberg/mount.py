@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
@@ -28,6 +28,7 @@ from lockstep.service.iceberg.errors import error_body, iceberg_error_body
 if TYPE_CHECKING:
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
     from lockstep.service.iceberg.catalog import ServedCatalog
+    from lockstep.service.iceberg.pinned import PinnedViews
 
 log = logging.getLogger("lockstep.service.iceberg")
 PREFIX = "/iceberg"  # a client's uri is http://HOST:PORT/iceberg
@@ -51,7 +52,9 @@ def mount_iceberg(
             "it from a sqlite:/// or postgresql:// store"
         )
     catalog = _served_catalog(store, settings)
-    iceberg = create_iceberg_app(catalog, tokens=tokens)
+    from lockstep.service.iceberg.pinned import PinnedViews
+
+    iceberg = create_iceberg_app(catalog, PinnedViews(store, catalog), tokens=tokens)
     # added last, so outermost: /iceberg requests never reach the service's own front door
     app.add_middleware(
         IcebergMount, iceberg=IcebergGuard(iceberg, tokens=tokens, max_body_bytes=max_body_bytes)
@@ -70,9 +73,12 @@ def _served_catalog(store: SqlMetadataStore, settings: IcebergSettings) -> Serve
     return ServedCatalog(store.engine, TableFiles(settings), store.now)
 
 
-def create_iceberg_app(catalog: ServedCatalog, *, tokens: dict[str, Role] | None) -> FastAPI:
-    """The catalog's routes, answering every error in the Iceberg error model."""
-    from lockstep.service.iceberg.routes import build_router
+def create_iceberg_app(
+    catalog: ServedCatalog, views: PinnedViews, *, tokens: dict[str, Role] | None
+) -> FastAPI:
+    """The catalog's routes, answering every error in the Iceberg error model: under
+    ``/v1``, and again under ``/v1/{prefix}`` for the pinned views (``pinned``)."""
+    from lockstep.service.iceberg.routes import build_router, pinned_view
 
     app = FastAPI(
         title="Lockstep Iceberg REST catalog", openapi_url=None, docs_url=None, redoc_url=None
@@ -110,7 +116,9 @@ def create_iceberg_app(catalog: ServedCatalog, *, tokens: dict[str, Role] | None
         message = f"internal error ({type(error).__name__}); the service's log has the details"
         return JSONResponse(error_body(message, "ServerErrorException", 500), status_code=500)
 
-    app.include_router(build_router(catalog))
+    router = build_router(catalog, views)
+    app.include_router(router, prefix="/v1")
+    app.include_router(router, prefix="/v1/{prefix}", dependencies=[Depends(pinned_view(views))])
     return app
 
 

@@ -9,6 +9,7 @@ store and the files are synchronous, FastAPI runs them on its thread pool.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request, Response
@@ -49,6 +50,7 @@ from lockstep.service.iceberg.names import (
     namespace_of,
     table_name,
 )
+from lockstep.service.iceberg.pinned import CONSISTENT_WAREHOUSE, PinnedViews, ReadOnlyViewError
 
 JsonBody = Annotated[Any, Body()]
 _PREFIX = "/v1/{prefix}"
@@ -97,22 +99,41 @@ def _loaded(table: LoadedTable) -> Response:
     return _json(TableResponse.model_validate(response))
 
 
-def build_router(catalog: ServedCatalog) -> APIRouter:
-    """Every route of the catalog, over ``catalog``."""
-    router = APIRouter(prefix="/v1")
+def build_router(catalog: ServedCatalog, views: PinnedViews) -> APIRouter:
+    """Every route of the catalog, over ``catalog`` (paths after ``/v1`` or
+    ``/v1/{prefix}``)."""
+    router = APIRouter()
 
     @router.get("/config")
     def get_config(_: Reader, warehouse: str | None = None) -> dict[str, Any]:
-        # one warehouse per service: a client's ``warehouse`` property changes nothing
+        # one warehouse per service: a client's ``warehouse`` property changes nothing,
+        # except the one that asks for a pinned, consistent view (pinned.py)
+        overrides = {}
+        if warehouse == CONSISTENT_WAREHOUSE:
+            overrides["prefix"] = views.open()
         # the job runtime reads the default to know that this catalog fences and stamps
         # its commits (fencing.py); other clients ignore a property they do not know
         defaults = {COMMIT_GUARD_PROPERTY: "true"}
-        return {"defaults": defaults, "overrides": {}, "endpoints": [str(e) for e in ENDPOINTS]}
+        endpoints = [str(e) for e in ENDPOINTS]
+        return {"defaults": defaults, "overrides": overrides, "endpoints": endpoints}
 
     _add_namespaces(router, catalog)
-    _add_tables(router, catalog)
+    _add_tables(router, catalog, views)
     _add_commits(router, catalog)
     return router
+
+
+def pinned_view(views: PinnedViews) -> Callable[[Request], None]:
+    """The dependency of every route under ``/v1/{prefix}``: the view must be live (its
+    lease is renewed), and it is read-only (a scan's metrics report aside)."""
+
+    def check(request: Request) -> None:
+        prefix = request.path_params["prefix"]
+        views.lease(prefix)
+        if request.method not in ("GET", "HEAD") and not request.url.path.endswith("/metrics"):
+            raise ReadOnlyViewError(prefix)
+
+    return check
 
 
 def _add_namespaces(router: APIRouter, catalog: ServedCatalog) -> None:
@@ -164,7 +185,7 @@ def _add_namespaces(router: APIRouter, catalog: ServedCatalog) -> None:
         )
 
 
-def _add_tables(router: APIRouter, catalog: ServedCatalog) -> None:
+def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -> None:
     @router.get("/namespaces/{namespace}/tables")
     def list_tables(
         namespace: str,
@@ -199,9 +220,16 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog) -> None:
         return _loaded(loaded)
 
     @router.get("/namespaces/{namespace}/tables/{table}")
-    def load_table(namespace: str, table: str, _: Reader, snapshots: str | None = None) -> Response:
+    def load_table(
+        namespace: str, table: str, request: Request, _: Reader, snapshots: str | None = None
+    ) -> Response:
         # every snapshot is returned whatever ``snapshots`` asks (``refs`` is an option)
-        return _loaded(catalog.load_table(_table(namespace, table)))
+        name = _table(namespace, table)
+        loaded = catalog.load_table(name)
+        prefix = request.path_params.get("prefix")
+        if prefix is not None:  # a pinned view: main at the view's barrier
+            loaded = views.pin(name, loaded, views.lease(prefix))
+        return _loaded(loaded)
 
     @router.head("/namespaces/{namespace}/tables/{table}")
     def table_exists(namespace: str, table: str, _: Reader) -> Response:
