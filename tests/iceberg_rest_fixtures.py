@@ -4,6 +4,7 @@ would (a TOML file with an ``[iceberg]`` table), for the stock-client tests."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,20 @@ class CatalogService:
 @pytest.fixture
 def iceberg_service(tmp_path: Path) -> Iterator[CatalogService]:
     """``lockstep serve --config service.toml`` with admin and read tokens, in a thread."""
+    with serve_catalog(tmp_path) as service:
+        yield service
+
+
+@pytest.fixture
+def atomic_iceberg_service(tmp_path: Path) -> Iterator[CatalogService]:
+    """The same, with ``publish = "atomic"``."""
+    with serve_catalog(tmp_path, 'publish = "atomic"\n') as service:
+        yield service
+
+
+@contextmanager
+def serve_catalog(tmp_path: Path, more_iceberg: str = "") -> Iterator[CatalogService]:
+    """Serve the catalog with ``more_iceberg`` lines in its ``[iceberg]`` table."""
     pytest.importorskip("pyiceberg")
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
     from lockstep.service.app import create_app
@@ -37,7 +52,7 @@ def iceberg_service(tmp_path: Path) -> Iterator[CatalogService]:
     config.write_text(
         f'store = "sqlite:///{tmp_path / "svc.db"}"\n'
         f'token_file = "{token_file}"\n'
-        f'[iceberg]\nwarehouse = "file://{warehouse}"\n'
+        f'[iceberg]\nwarehouse = "file://{warehouse}"\n{more_iceberg}'
     )
     settings = ServiceSettings.load(config)
     store = SqlMetadataStore.open(settings.store)

@@ -54,6 +54,16 @@ def write_barrier(service: CatalogService, job_id: str, table: str, amount: int)
 def pipeline(iceberg_service: CatalogService) -> CatalogService:
     """``load`` writes ``orders``, ``sum`` reads it and writes ``totals``; barrier 1 is
     WRITTEN in both, barrier 2 only in ``orders``."""
+    return _two_barriers(iceberg_service)
+
+
+@pytest.fixture
+def atomic_pipeline(atomic_iceberg_service: CatalogService) -> CatalogService:
+    """The same pipeline on a catalog with ``publish = "atomic"``."""
+    return _two_barriers(atomic_iceberg_service)
+
+
+def _two_barriers(iceberg_service: CatalogService) -> CatalogService:
     from lockstep.topology.model import JobSpec
 
     store = iceberg_service.store
@@ -130,3 +140,40 @@ def test_a_pinned_view_is_read_only_and_an_unknown_one_says_to_reconnect(
     )
     assert response.status_code == 400
     assert "load the catalog again" in response.json()["error"]["message"]
+
+
+def test_atomic_publish_moves_main_of_every_table_together(atomic_pipeline: CatalogService) -> None:
+    reader = catalog(atomic_pipeline, READ_TOKEN)
+    # barrier 2 is WRITTEN in orders only: readers see barrier 1 in both tables
+    assert main_rows(reader.load_table("default.orders")) == ["b1"]
+    assert main_rows(reader.load_table("default.totals")) == ["b1"]
+    # the job's own instance sees its table as it is (it publishes on top of it)
+    writer = catalog(
+        atomic_pipeline,
+        **{"header.X-Lockstep-Job": "load", "header.X-Lockstep-Token": str(TOKENS["load"])},
+    )
+    assert main_rows(writer.load_table("default.orders")) == ["b1", "b2"]
+    # the report that makes barrier 2 WRITTEN in the last table publishes it everywhere
+    write_barrier(atomic_pipeline, "sum", "totals", 20)
+    assert main_rows(reader.load_table("default.orders")) == ["b1", "b2"]
+    assert main_rows(reader.load_table("default.totals")) == ["b1", "b2"]
+
+
+def test_atomic_publish_shows_nothing_before_a_barrier_is_written_everywhere(
+    atomic_iceberg_service: CatalogService,
+) -> None:
+    from lockstep.topology.model import JobSpec
+
+    store = atomic_iceberg_service.store
+    store.register_job(JobSpec("load", sinks=("orders",)))
+    store.register_job(JobSpec("sum", sources=("orders",), sinks=("totals",)))
+    admin = catalog(atomic_iceberg_service)
+    admin.create_namespace("default")
+    for table in ("orders", "totals"):
+        admin.create_table(f"default.{table}", SCHEMA)
+    store.issue_barrier()
+    TOKENS.update({job: store.attach(job).token for job in ("load", "sum")})
+    write_barrier(atomic_iceberg_service, "load", "orders", 10)
+    orders = catalog(atomic_iceberg_service, READ_TOKEN).load_table("default.orders")
+    assert orders.current_snapshot() is None  # barrier 1 is not in totals yet
+    assert "main" not in orders.metadata.refs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -22,6 +23,11 @@ class IcebergSettings(BaseModel):
     # FileIO properties for the server's own reads and writes of metadata files (e.g.
     # s3.endpoint); never taken from a table's properties
     io: dict[str, str] = Field(default_factory=dict)
+    # what readers see as a Lockstep table's main: "per-table" (each table's own, moved by
+    # its job) or "atomic" (every Lockstep table at the newest barrier WRITTEN in all of
+    # them: barrier B appears in every table at once, in the transaction of its last
+    # WRITTEN report); job instances and revisions always see the tables' own main
+    publish: Literal["per-table", "atomic"] = "per-table"
 
     @field_validator("warehouse")
     @classmethod

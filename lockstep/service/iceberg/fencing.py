@@ -82,6 +82,11 @@ class Committer:
             )
         return cls(job, _number(TOKEN_HEADER, token), _number(REVISION_HEADER, revision))
 
+    @property
+    def names_itself(self) -> bool:
+        """A job's instance or a revision (they see the tables as they are)."""
+        return self.job_id is not None or self.revision_id is not None
+
 
 ENGINE = Committer()  # a commit that names no job or revision
 

@@ -54,7 +54,8 @@ def mount_iceberg(
     catalog = _served_catalog(store, settings)
     from lockstep.service.iceberg.pinned import PinnedViews
 
-    iceberg = create_iceberg_app(catalog, PinnedViews(store, catalog), tokens=tokens)
+    views = PinnedViews(store, catalog, atomic=settings.publish == "atomic")
+    iceberg = create_iceberg_app(catalog, views, tokens=tokens)
     # added last, so outermost: /iceberg requests never reach the service's own front door
     app.add_middleware(
         IcebergMount, iceberg=IcebergGuard(iceberg, tokens=tokens, max_body_bytes=max_body_bytes)

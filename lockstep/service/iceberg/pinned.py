@@ -22,12 +22,18 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRef, SnapshotRefType
 from sqlalchemy import select
 
-from lockstep.errors import InvalidRequestError, LeaseError, PermissionDeniedError
+from lockstep.errors import (
+    InvalidRequestError,
+    LeaseError,
+    NoConsistentBarrierError,
+    PermissionDeniedError,
+)
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql.schema import IcebergTableRow, JobSinkRow
 from lockstep.readers.levels import ConsistencyLevel
@@ -63,10 +69,16 @@ class PinnedViews:
     """Open pinned views (leases) and answer loads under them."""
 
     def __init__(
-        self, store: MetadataStore, catalog: ServedCatalog, *, ttl_s: float = VIEW_TTL_S
+        self,
+        store: MetadataStore,
+        catalog: ServedCatalog,
+        *,
+        atomic: bool = False,
+        ttl_s: float = VIEW_TTL_S,
     ) -> None:
         self.store = store
         self.catalog = catalog
+        self.atomic = atomic  # [iceberg] publish = "atomic": readers' main is published()
         self.ttl_s = ttl_s
         self._held: dict[str, _Held] = {}
         self._lock = threading.Lock()
@@ -124,14 +136,26 @@ class PinnedViews:
             self._held[lease_id] = _Held(lease, now)
         return lease
 
+    def published(self) -> dict[str, int | None]:
+        """Atomic publish (``[iceberg] publish = "atomic"``): each Lockstep table's snapshot
+        at the newest barrier WRITTEN in all of them (None everywhere before the first)."""
+        tables = sorted(self.lockstep_tables())
+        if not tables:
+            return {}
+        try:
+            return self.store.resolve(tables, ConsistencyLevel.REPEATABLE_READ).snapshots
+        except NoConsistentBarrierError:
+            return dict.fromkeys(tables)
+
     @staticmethod
-    def pin(table: TableName, loaded: LoadedTable, lease: Lease) -> LoadedTable:
-        """``loaded`` with main at the lease's snapshot (a table outside the lease as is)."""
-        versions = lease.snapshot_set.versions
+    def pin(
+        table: TableName, loaded: LoadedTable, snapshots: Mapping[str, int | None]
+    ) -> LoadedTable:
+        """``loaded`` with main at its snapshot in ``snapshots`` (a table not in it as is)."""
         name = lockstep_table(table)
-        if name not in versions:
+        if name not in snapshots:
             return loaded
-        snapshot_id = versions[name].snapshot_id
+        snapshot_id = snapshots[name]
         refs = dict(loaded.metadata.refs)
         if snapshot_id is None:
             refs.pop(MAIN_BRANCH, None)

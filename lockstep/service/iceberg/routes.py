@@ -228,7 +228,9 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
         loaded = catalog.load_table(name)
         prefix = request.path_params.get("prefix")
         if prefix is not None:  # a pinned view: main at the view's barrier
-            loaded = views.pin(name, loaded, views.lease(prefix))
+            loaded = views.pin(name, loaded, views.lease(prefix).snapshot_set.snapshots)
+        elif views.atomic and not Committer.from_headers(request.headers).names_itself:
+            loaded = views.pin(name, loaded, views.published())  # a reader: atomic publish
         return _loaded(loaded)
 
     @router.head("/namespaces/{namespace}/tables/{table}")
