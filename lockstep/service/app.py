@@ -47,6 +47,7 @@ from lockstep.service.guard import DEFAULT_MAX_BODY_BYTES, Guard
 from lockstep.service.iceberg.config import IcebergSettings
 from lockstep.service.iceberg.mount import mount_iceberg
 from lockstep.service.job_routes import add_job_protocol
+from lockstep.service.metrics import add_metrics
 from lockstep.service.requests import (
     BarrierPath,
     JobIn,
@@ -78,6 +79,7 @@ def create_app(
     max_leases_per_caller: int = 1_000,
     catalog: dict[str, Any] | None = None,
     iceberg: IcebergSettings | None = None,
+    metrics_token: str | None = None,
 ) -> FastAPI:
     """The service app over ``store``; ``tokens`` None disables authentication (and then
     only same-origin requests are accepted, see ``guard.py``). ``catalog`` is the Iceberg
@@ -110,6 +112,7 @@ def create_app(
         )
 
     app.state.tokens = tokens
+    add_metrics(app, store, token=metrics_token)  # GET /metrics, and request counting
     _add_pages(app, store)
     _add_catalog(app, catalog, serves_iceberg=iceberg is not None)
     _add_topology(app, store)

@@ -33,6 +33,7 @@ def serve(settings: ServiceSettings) -> None:
 
     from lockstep.service.app import create_app
     from lockstep.service.auth import load_tokens
+    from lockstep.service.metrics import watch_leadership
 
     if not is_embedded(settings.store):
         raise ConfigurationError(
@@ -60,10 +61,12 @@ def serve(settings: ServiceSettings) -> None:
         max_leases_per_caller=settings.max_leases_per_caller,
         catalog=settings.catalog,
         iceberg=settings.iceberg,
+        metrics_token=settings.metrics_token.get_secret_value() if settings.metrics_token else None,
     )
     interval = settings.barrier_interval_s
     ticker = BackgroundIssuer(BarrierIssuer(store, Interval(interval))) if interval else None
     if ticker is not None:
+        watch_leadership(app, ticker.issuer.holder)  # lockstep_replica_leader
         ticker.start()
     if threading.current_thread() is threading.main_thread():
         # uvicorn shuts down gracefully on SIGTERM, then re-raises it: make that re-raise a

@@ -6,10 +6,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockstep.errors import ConfigurationError
+from lockstep.service.auth import MIN_TOKEN_LENGTH
 from lockstep.service.iceberg.config import IcebergSettings
 
 
@@ -34,6 +35,9 @@ class ServiceSettings(BaseSettings):
     sql_queue: int = Field(default=16, ge=0)  # and waiting; beyond: 429
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     max_leases_per_caller: int = Field(default=1_000, gt=0)
+    # a scrape-only bearer token for GET /metrics (beside the token file's read and admin
+    # tokens), so a Prometheus server holds no token that reads the catalog or the data
+    metrics_token: SecretStr | None = None
     # the Iceberg catalog clients are told about (GET /v1/catalog): a home's [catalog] table
     catalog: dict[str, Any] | None = None
     # the Iceberg REST catalog this service serves under /iceberg (an [iceberg] table)
@@ -49,6 +53,16 @@ class ServiceSettings(BaseSettings):
                 IcebergCatalog.from_mapping(value)
             except ConfigurationError as e:
                 raise ValueError(str(e)) from e
+        return value
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _metrics_token_is_long(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_TOKEN_LENGTH:
+            raise ValueError(
+                f"the metrics token is shorter than {MIN_TOKEN_LENGTH} characters; use a "
+                "random one (python -c 'import secrets; print(secrets.token_urlsafe())')"
+            )
         return value
 
     @classmethod
