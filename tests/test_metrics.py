@@ -236,6 +236,7 @@ def test_request_counters_and_histograms_move_per_endpoint_kind(
     ls.resolve(["shopping", "user_item_amount"])
     ls.resolve(["shopping"])
     ls.store.report_written("load_shopping", tokens["load_shopping"], 4)  # over HTTP
+    assert ls.store.next_barrier("sum_amount", tokens["sum_amount"]) is not None
     ls.sql("SELECT count(*) FROM __META_BARRIER")
     refused = httpx.post(f"{url}/v1/sql", json={"query": "SELECT 1"})  # no token: 401
     assert refused.status_code == 401
@@ -248,6 +249,7 @@ def test_request_counters_and_histograms_move_per_endpoint_kind(
     assert moved("lockstep_requests_total", kind="report", code="200") == 1
     assert moved("lockstep_requests_total", kind="sql", code="200") == 1
     assert moved("lockstep_requests_total", kind="sql", code="401") == 1
+    assert moved("lockstep_requests_total", kind="next_barrier", code="200") == 1
     assert moved("lockstep_request_duration_seconds_count", kind="resolve") == 2
     assert moved("lockstep_request_duration_seconds_count", kind="sql") == 2
     assert moved("lockstep_request_duration_seconds_sum", kind="report") > 0

@@ -8,8 +8,9 @@ in one process, as in the tests, keep their numbers apart):
   statements (``meta_tables/store/sql/gauges.py``);
 - the service's own requests, counted by an ASGI middleware as they pass: per endpoint
   kind (``report``: a job's PROCESSED/WRITTEN/aborted reports; ``resolve``: resolutions and
-  lease acquisitions; ``sql``: meta SQL and exports; ``other``: everything else) a counter
-  by status code and a latency histogram.
+  lease acquisitions; ``sql``: meta SQL and exports; ``next_barrier``: a job asking for its
+  next barrier, a long poll when it waits; ``other``: everything else) a counter by status
+  code and a latency histogram.
 
 The middleware also picks up the ``Lockstep-Lineage-Failures`` header a job's heartbeat
 carries (``lockstep.remote``): how many OpenLineage events that job's process failed to
@@ -50,12 +51,13 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 log = logging.getLogger("lockstep.service")
 
 LINEAGE_HEADER = "lockstep-lineage-failures"
-ENDPOINT_KINDS = ("report", "resolve", "sql", "other")
+ENDPOINT_KINDS = ("report", "resolve", "sql", "next_barrier", "other")
 _KINDS = (
     ("report", "POST", re.compile(r"/v1/jobs/[^/]+/(processed|written|aborted|written-and-next)")),
     ("resolve", "POST", re.compile(r"/v1/(resolve|leases)")),
     ("sql", "POST", re.compile(r"/v1/sql")),
     ("sql", "GET", re.compile(r"/v1/export/[^/]+")),
+    ("next_barrier", "POST", re.compile(r"/v1/jobs/[^/]+/next-barrier")),
 )
 _HEARTBEAT = re.compile(r"/v1/jobs/(?P<job>[^/]+)/heartbeat")
 # latency buckets, seconds: reports take milliseconds, meta SQL up to its timeout (10 s)
