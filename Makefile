@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find lockstep topology barrier readers meta_tables examples -type d -not -name __pycache__)
 
 .PHONY: demo test test-fast lint typecheck format clean bench bench-coordinator bench-scaling \
-	bench-pipeline crash-check
+	bench-pipeline bench-platform crash-check
 
 # The venv, with the project installed editable (strict mode: a link tree that type checkers
 # and tools can follow). Re-installed when pyproject.toml changes or a package file is added.
@@ -52,6 +52,9 @@ bench-scaling: $(VENV)/.installed
 
 bench-pipeline: $(VENV)/.installed
 	$(BIN)/python bench/pipeline.py
+
+bench-platform: $(VENV)/.installed
+	$(BIN)/python bench/platform.py
 
 CRASH_MINUTES ?= 10
 crash-check: $(VENV)/.installed

@@ -13,7 +13,7 @@ from lockstep.barrier.ports import JobProtocolStore
 from lockstep.errors import LockstepError
 
 STOP_CHECK_S = 0.05  # how soon a waiting job notices its stop event
-WAIT_CHUNK_S = 20.0  # the longest one wait on the store (one long poll through the service)
+WAIT_CHUNK_S = 50.0  # the longest one wait on the store (one long poll through the service)
 T = TypeVar("T")
 
 

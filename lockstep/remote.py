@@ -47,9 +47,10 @@ DEFAULT_TIMEOUT_S = 30.0
 # in DuckDB: minutes on a large store. Waiting less would time it out and retry it, i.e.
 # run it again on the service.
 DEFAULT_QUERY_TIMEOUT_S = 300.0
-# The longest one long poll for a job's next barrier waits on the service (its own limit);
-# a job waits longer with several.
-MAX_WAIT_S = 20.0
+# The longest one long poll for a job's next barrier waits on the service (which allows 60 s;
+# this stays under the 60 s idle timeout of common proxies). A job waits longer with several;
+# each costs the service a request, and a store look only if a write concerned the job.
+MAX_WAIT_S = 50.0
 
 
 class RemoteMetadataStore(MetadataStore):
@@ -176,12 +177,8 @@ class RemoteMetadataStore(MetadataStore):
         return result
 
     def heartbeat(self, job_id: str, token: int) -> None:
-        # the heartbeat carries this process's lineage failures to the service's /metrics
-        from lockstep.barrier.runtime.lineage import failures
-
         path = f"/v1/jobs/{job_id}/heartbeat"
-        headers = {"Lockstep-Lineage-Failures": str(failures())}
-        self._call("POST", path, idempotent=True, json={"token": token}, headers=headers)
+        self._call("POST", path, idempotent=True, json={"token": token})
 
     def next_barrier(self, job_id: str, token: int) -> Barrier | None:
         path = f"/v1/jobs/{job_id}/next-barrier"

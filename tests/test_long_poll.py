@@ -110,7 +110,7 @@ def test_a_stopped_job_does_not_wait_out_the_poll(counted: tuple[CountingStore, 
     threading.Timer(0.2, stop.set).start()
     started = time.monotonic()
     assert session.wait_for_next(stop=stop) is None
-    assert time.monotonic() - started < 10.0  # the poll under way waits 20 s
+    assert time.monotonic() - started < 10.0  # the poll under way waits 50 s
     store.attach("sum_amount")  # ends that poll (fenced), so the server stops at once
     remote.close()
 
@@ -148,3 +148,25 @@ def test_closing_ends_the_waits(sqlite_store: SqlMetadataStore) -> None:
 
     assert asyncio.run(wait_then_close()) is None
     assert waits.waiting == 0
+
+
+def test_a_poll_after_a_quiet_one_does_not_look_until_something_is_announced(
+    counted: tuple[CountingStore, str],
+) -> None:
+    store, url = counted
+    register(store)
+    token = store.attach("sum_amount").token
+    assert _poll(url, "sum_amount", token, 0.2).json() is None
+    assert CountingStore.looks == 1
+    assert _poll(url, "sum_amount", token, 0.2).json() is None  # nothing announced since
+    assert CountingStore.looks == 1
+    assert _poll(url, "sum_amount", token, 0).json() is None  # a plain call always looks
+    assert CountingStore.looks == 2
+    root = store.attach("load_shopping").token
+    store.issue_barrier()
+    assert store.next_barrier("load_shopping", root) is not None
+    store.report_processed("load_shopping", root, 1, {"shopping": 1})
+    store.report_written("load_shopping", root, 1)  # announces sum_amount
+    CountingStore.looks = 0
+    assert _poll(url, "sum_amount", token, 0.2).json()["barrier_id"] == 1
+    assert CountingStore.looks == 1

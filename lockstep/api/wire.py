@@ -8,6 +8,7 @@ here, in one place, and the client raises the same error class again.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
@@ -79,7 +80,7 @@ def error_payload(error: errors.LockstepError) -> dict[str, Any]:
     return {
         "error": type(error).__name__,
         "message": str(error),
-        "details": TypeAdapter(dict[str, Any]).dump_python(details, mode="json"),
+        "details": adapter(dict[str, Any]).dump_python(details, mode="json"),
     }
 
 
@@ -97,10 +98,17 @@ def error_from_payload(payload: dict[str, Any]) -> errors.LockstepError:
 
 def dump(value: Any, kind: Any) -> Any:
     """A domain value as JSON-able data."""
-    return TypeAdapter(kind).dump_python(value, mode="json")
+    return adapter(kind).dump_python(value, mode="json")
 
 
 def load(data: Any, kind: type[T] | Any) -> T:
     """A domain value from JSON-able data (validated)."""
-    result: T = TypeAdapter(kind).validate_python(data)
+    result: T = adapter(kind).validate_python(data)
     return result
+
+
+@functools.cache
+def adapter(kind: Any) -> TypeAdapter[Any]:
+    """One adapter per payload type: building one costs about a millisecond (pydantic
+    compiles its schema), more than the rest of a protocol call on the service."""
+    return TypeAdapter(kind)

@@ -73,8 +73,8 @@ def serve(settings: ServiceSettings) -> None:
         # clean exit, so the ticker resigns its lease and the store closes
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        # requests still running after this at shutdown are cut (long polls wait up to
-        # 20 s): their clients retry, on another replica if there is one
+        # requests still running after this at shutdown are cut (long polls wait up to 50
+        # s): their clients retry, on another replica if there is one
         uvicorn.run(
             app,
             host=settings.host,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 
 import anyio
 
@@ -23,6 +24,7 @@ from lockstep.meta_tables.store.base import MetadataStore
 
 FIRST_POLL_S = 0.05  # without announcements: look again after this...
 MAX_POLL_S = 1.0  # ...doubling up to this
+LOOK_EVERY_S = 60.0  # a waiting job's store is looked at least this often, announced or not
 _Wait = tuple[asyncio.AbstractEventLoop, asyncio.Event]  # a long poll's loop and event
 
 
@@ -41,6 +43,9 @@ class BarrierWaits:
         self._unsubscribe = store.subscribe_wakeups(self._woken)
         self.announced = self._unsubscribe is not None
         self._closed = False
+        # per job, after a poll that ended with nothing announced: its token, and when the
+        # store was last looked at for it (the next poll need not look again at once)
+        self._quiet: dict[str, tuple[int, float]] = {}
 
     @property
     def waiting(self) -> int:
@@ -63,12 +68,27 @@ class BarrierWaits:
         wait = (loop, woken)
         with self._lock:
             self._waiting.setdefault(job_id, set()).add(wait)
+            quiet = self._quiet.pop(job_id, None)
         try:
             deadline = loop.time() + wait_s
             pause = FIRST_POLL_S
+            # A poll right after one that ended with nothing announced for the job need not
+            # look: nothing it could find has changed (a wake-up since would have cleared
+            # it). At least every LOOK_EVERY_S it looks anyway (a missed NOTIFY).
+            looked = quiet[1] if quiet is not None else 0.0
+            skip = (
+                wait_s > 0
+                and quiet is not None
+                and quiet[0] == token
+                and time.monotonic() - looked < LOOK_EVERY_S
+            )
             while True:
                 woken.clear()  # before the look: a wake-up during it is not lost
-                found = await anyio.to_thread.run_sync(self._store.next_barrier, job_id, token)
+                found = None
+                if not skip:
+                    looked = time.monotonic()
+                    found = await anyio.to_thread.run_sync(self._store.next_barrier, job_id, token)
+                skip = False
                 remaining = deadline - loop.time()
                 if found is not None or remaining <= 0 or self._closed:
                     return found
@@ -80,7 +100,9 @@ class BarrierWaits:
                 try:
                     await asyncio.wait_for(woken.wait(), remaining)
                 except asyncio.TimeoutError:
-                    return None  # nothing announced: the job asks again, and that looks
+                    with self._lock:
+                        self._quiet[job_id] = (token, looked)
+                    return None  # nothing announced: the job will ask again
         finally:
             with self._lock:
                 waits = self._waiting.get(job_id, set())
@@ -94,8 +116,11 @@ class BarrierWaits:
         with self._lock:
             if jobs is None:
                 waits = [w for found in self._waiting.values() for w in found]
+                self._quiet.clear()
             else:
                 waits = [w for job in jobs for w in self._waiting.get(job, ())]
+                for job in jobs:
+                    self._quiet.pop(job, None)
         for loop, event in waits:
             with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
                 loop.call_soon_threadsafe(event.set)

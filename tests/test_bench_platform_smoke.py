@@ -1,0 +1,58 @@
+"""A smoke run of bench/platform.py at tiny sizes, so it does not rot: every figure measured
+beside its baseline, a barrier through every job at each size, the idle windows. Speed is
+never asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+SIZES = (10, 20)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_platform_benchmark_service_and_embedded(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    sizes = ",".join(str(s) for s in SIZES)
+    command = [sys.executable, str(BENCH / "platform.py"), "--quick", "--sizes", sizes]
+    result = subprocess.run(
+        [*command, "--idle-s", "0.5", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    figures = json.loads(out.read_text())
+    for backend, baseline in (
+        ("service", "insert+commit (raw)"),
+        ("sqlite", "insert+commit (raw)"),
+    ):
+        part = figures[backend]
+        ops = {f["op"]: f for f in part["figures"]}
+        assert baseline in ops
+        assert "resolve 10 tables" in ops
+        assert f"register_job #{SIZES[-1]:,} (one call)" in ops
+        assert all(f["p50_ms"] > 0 for f in ops.values())
+        rounds = part["barriers"]
+        assert sorted({r["jobs"] for r in rounds}) == list(SIZES)
+        for r in rounds:
+            assert r["issue_to_all_written_s"] > 0
+            # a barrier costs each job 2 calls, plus its wait (a long poll) and the first
+            # round's look: never the dozens a 0.1 s poll would make
+            assert 2 <= r["calls_per_job"] <= 6, r
+    service = figures["service"]
+    assert {f["op"] for f in service["figures"]} >= {"GET /healthz (no-op)"}
+    resolve = next(f for f in service["figures"] if f["op"] == "resolve 10 tables")
+    assert resolve["baseline"] == "GET /healthz (interleaved)"
+    assert [i["state"] for i in service["idle"][:2]] == [
+        "waiting (long polls)",
+        "waiting + heartbeat/10 s",
+    ]
+    assert "issue -> all WRITTEN s" in result.stdout
