@@ -177,8 +177,12 @@ class RemoteMetadataStore(MetadataStore):
         return result
 
     def heartbeat(self, job_id: str, token: int) -> None:
+        # the heartbeat carries this process's lineage failures to the service's /metrics
+        from lockstep.barrier.runtime.lineage import failures
+
         path = f"/v1/jobs/{job_id}/heartbeat"
-        self._call("POST", path, idempotent=True, json={"token": token})
+        headers = {"Lockstep-Lineage-Failures": str(failures())}
+        self._call("POST", path, idempotent=True, json={"token": token}, headers=headers)
 
     def next_barrier(self, job_id: str, token: int) -> Barrier | None:
         path = f"/v1/jobs/{job_id}/next-barrier"
