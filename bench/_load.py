@@ -17,6 +17,7 @@ from _output import say
 from _synthetic import RowBatch, Synthetic
 from sqlalchemy import Engine
 
+from lockstep.meta_tables.store.sql import heads
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
 CHUNK = 100_000
@@ -34,6 +35,8 @@ def load_synthetic(store: SqlMetadataStore, synthetic: Synthetic) -> float:
         _load_postgres(engine, batches, counts)
     else:
         raise ValueError(f"no bulk loader for {engine.dialect.name}")
+    with engine.begin() as connection:  # rows went in directly: the heads resolve reads
+        heads.rebuild(connection)
     topology = store.topology()  # the store's own check: parses, no cycle, one writer
     if len(topology.jobs) != synthetic.shape.jobs:
         raise AssertionError(f"loaded {len(topology.jobs)} jobs, expected {synthetic.shape.jobs}")

@@ -80,7 +80,7 @@ def test_a_version_1_store_gains_the_operations_tables_and_heartbeats(tmp_path: 
     engine = create_store_engine(url)
     v2_tables = {"ls_revision", "ls_revised_version", "ls_retention"}
     with engine.begin() as connection:  # the schema as release 1 created it
-        later = {*v2_tables, "ls_job_instance"}
+        later = {*v2_tables, "ls_job_instance", "ls_table_head"}
         Base.metadata.create_all(
             connection, tables=[t for n, t in Base.metadata.tables.items() if n not in later]
         )
@@ -101,9 +101,64 @@ def test_a_version_1_store_gains_the_operations_tables_and_heartbeats(tmp_path: 
     assert store.list_barriers()[0].barrier_id == 1  # data kept
     assert store.revisions() == []
     with store.engine.connect() as connection:
-        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 5
+        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 6
         kept = connection.execute(text("SELECT job_id, token, seen_at FROM ls_job_instance"))
         assert kept.all() == [("j", 1, None)]  # the instance kept, never seen since
     indexes = {i["name"] for i in inspect(store.engine).get_indexes("ls_job_source")}
     assert "ix_ls_job_source_table_name" in indexes
+    store.close()
+
+
+def test_a_version_5_store_gains_table_heads_filled_from_its_versions(tmp_path: Path) -> None:
+    """Version 6 keeps each table's newest barriers in ls_table_head; the upgrade fills it
+    from the versions a store already has, so reads resolve the same right after."""
+    from sqlalchemy import inspect
+
+    from lockstep.meta_tables.store.sql import resolve
+    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
+    from lockstep.readers.model import ConsistencyLevel
+    from lockstep.topology.model import JobSpec
+
+    url = f"sqlite:///{tmp_path / 'v5.db'}"
+    store = SqlMetadataStore.open(url)
+    store.register_job(JobSpec("load", sinks=("raw",)))
+    store.register_job(JobSpec("agg", sources=("raw",), sinks=("sum", "avg")))
+    store.register_job(JobSpec("idle", sinks=("never",)))
+    for _ in range(3):
+        b = store.issue_barrier().barrier_id
+        for job in ("load", "agg"):
+            token = store.attach(job).token
+            sinks = store.topology().job(job).sinks
+            store.report_processed(job, token, b, {t: b * 10 for t in sinks})
+            if job == "load" or b < 3:  # agg's barrier 3 stays PROCESSED
+                store.report_written(job, token, b)
+    expected = {level: store.resolve(["raw", "sum", "avg"], level) for level in ConsistencyLevel}
+    store.close()
+    engine = create_store_engine(url)
+    with engine.begin() as connection:  # back to version 5: no heads table
+        connection.execute(text("DROP TABLE ls_table_head"))
+        connection.execute(text("UPDATE ls_schema_version SET version = 5"))
+    engine.dispose()
+
+    store = SqlMetadataStore.open(url)
+    assert "ls_table_head" in inspect(store.engine).get_table_names()
+    with store.engine.connect() as connection:
+        assert migrations.stored_version(connection) == 6
+        heads = connection.execute(
+            text("SELECT table_name, newest_barrier, newest_written FROM ls_table_head")
+        )
+        assert sorted(heads) == [
+            ("avg", 3, 2),
+            ("never", None, None),
+            ("raw", 3, 3),
+            ("sum", 3, 2),
+        ]
+    for level, snapshot_set in expected.items():
+        assert store.resolve(["raw", "sum", "avg"], level) == snapshot_set
+        with store.engine.connect() as connection:
+            from sqlalchemy.orm import Session
+
+            with Session(bind=connection) as session:
+                searched = resolve.resolve_by_search(session, ["raw", "sum", "avg"], level)
+        assert searched == snapshot_set
     store.close()

@@ -16,11 +16,17 @@ from datetime import datetime, timezone
 from sqlalchemy import Connection, Engine, insert, inspect, select, text
 
 from lockstep.errors import StoreVersionError
-from lockstep.meta_tables.store.sql.schema import Base, JobSourceRow, SchemaVersionRow
+from lockstep.meta_tables.store.sql import heads
+from lockstep.meta_tables.store.sql.schema import (
+    Base,
+    JobSourceRow,
+    SchemaVersionRow,
+    TableHeadRow,
+)
 
 MigrationStep = Callable[[Connection], None]
 
-CURRENT_VERSION = 5
+CURRENT_VERSION = 6
 _PG_MIGRATION_LOCK = 0x4C6F636B  # advisory lock key: one migrating process at a time
 
 
@@ -64,12 +70,22 @@ def _index_job_sources_by_table(connection: Connection) -> None:
 
 _V5_INDEX = "ix_ls_job_source_table_name"
 
+
+def _add_table_heads(connection: Connection) -> None:
+    """Version 6: each table's newest barriers (``ls_table_head``), filled from its versions
+    in the upgrade's transaction: resolution reads them instead of searching."""
+    table = Base.metadata.tables[TableHeadRow.__tablename__]
+    table.create(connection, checkfirst=True)
+    heads.rebuild(connection)
+
+
 # STEPS[v] upgrades a store from version v-1 to version v. Version 1 is the first release.
 STEPS: dict[int, MigrationStep] = {
     2: _add_operations_tables,
     3: _add_instance_heartbeat,
     4: _add_iceberg_catalog_tables,
     5: _index_job_sources_by_table,
+    6: _add_table_heads,
 }
 
 

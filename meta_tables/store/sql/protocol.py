@@ -41,7 +41,7 @@ from lockstep.barrier.model import (
     VersionState,
 )
 from lockstep.errors import ProtocolError, UnknownBarrierError
-from lockstep.meta_tables.store.sql import resolve, revision
+from lockstep.meta_tables.store.sql import heads, resolve, revision
 from lockstep.meta_tables.store.sql.rows import (
     JobState,
     get_job,
@@ -285,6 +285,7 @@ def report_processed(
             for table in spec.sinks
         ],
     )
+    heads.refresh(s, spec.sinks)
     conn.execute(
         _INSERT_PENDING,
         [
@@ -328,6 +329,7 @@ def report_written(
         _PUBLISH_VERSION,
         [{"table": t, "at": barrier_id, "snapshot": published[t], "now": now} for t in spec.sinks],
     )
+    heads.refresh(s, spec.sinks)
     conn.execute(_COMMIT_PENDING, {"job": job_id, "at": barrier_id, "now": now})
     record_progress(s, job_id, barrier_id, token, written=now)
     return [
@@ -356,6 +358,7 @@ def abort_barrier(s: Session, spec: JobSpec, barrier_id: int, now: datetime) -> 
             TableVersionRow.state == VersionState.PROCESSED.value,
         )
     )
+    heads.refresh(s, spec.sinks)
     s.execute(
         update(PendingCommitRow)
         .where(

@@ -19,7 +19,8 @@ from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import CommitState, FoundVersion, TableVersion, VersionState
 from lockstep.errors import InvalidRequestError
-from lockstep.meta_tables.store.sql.rows import get_job, job_barrier, to_version
+from lockstep.meta_tables.store.sql import heads
+from lockstep.meta_tables.store.sql.rows import get_job, job_barrier, lock_job, to_version
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     InputCutRow,
@@ -42,6 +43,8 @@ def restore(s: Session, found: Sequence[FoundVersion], now: datetime) -> list[Ta
                 f"but its registered writer is {writers.get(f.table)!r}; register the jobs as "
                 "they ran, then repair again"
             )
+    for job_id in sorted({f.job_id for f in found}):  # a fixed order, as revisions lock
+        lock_job(s, job_id)  # the writers' reports wait: the heads below see every version
     _restore_barriers(s, found)
     _restore_start(s, found)
     _restore_retention(s, found, now)
@@ -69,6 +72,7 @@ def restore(s: Session, found: Sequence[FoundVersion], now: datetime) -> list[Ta
         _restore_progress(s, f)
         s.flush()
         changed.append(to_version(row))
+    heads.refresh(s, [v.table for v in changed])
     return changed
 
 

@@ -1,25 +1,29 @@
 """Snapshot-set resolution and barrier availability as indexed SQL.
 
-Every query here touches a bounded number of index entries per table: a per-table ``max``
-or ``min`` (index-only), then point lookups at the candidate barrier. Only when a table's
-history has a gap at the candidate (a job registered late, or re-registered) does a
-fallback scan the candidate's neighbourhood, still in SQL, newest first.
+Resolution reads each table's newest barriers from ``ls_table_head`` (kept current by every
+change to the versions, :mod:`.heads`) and the versions at the candidate barrier, in one
+statement: a lookup per table. Only when a table's history has a gap at the candidate (a
+job registered late, or re-registered) does a fallback search the candidate's
+neighbourhood, still in SQL, newest first. :func:`resolve_by_search`, the search the heads
+replaced (a per-table ``max`` over the versions), is kept as the reference they are
+tested against.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Executable, and_, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
-from lockstep.barrier.model import VersionState
+from lockstep.barrier.model import TableVersion, VersionState
 from lockstep.errors import NoConsistentBarrierError, UnknownTableError
 from lockstep.meta_tables.store.sql.rows import to_version, versions_at
-from lockstep.meta_tables.store.sql.schema import TableRow, TableVersionRow
+from lockstep.meta_tables.store.sql.schema import TableHeadRow, TableRow, TableVersionRow
 from lockstep.readers.model import ConsistencyLevel, SnapshotSet
 
 TV = TableVersionRow
+H = TableHeadRow
 WRITTEN = VersionState.WRITTEN.value
 
 
@@ -114,10 +118,101 @@ def written_at(session: Session, tables: Sequence[str], barrier_id: int) -> list
     return [t for t, v in versions.items() if v.state is VersionState.WRITTEN]
 
 
+def _no_version(level: ConsistencyLevel, tables: list[str], empty: list[str]) -> Exception:
+    one, written_only = len(empty) == 1, level.semantics.written_only
+    which, done = ("WRITTEN version", "written") if written_only else ("version", "processed")
+    return NoConsistentBarrierError(
+        level.value,
+        tables,
+        empty,
+        f"{', '.join(map(repr, empty))} {'has' if one else 'have'} no {which} yet (no "
+        f"barrier {done} by {'its' if one else 'their'} writer job)",
+    )
+
+
+_VERSION = (TV.barrier_id, TV.snapshot_id, TV.state, TV.processed_at, TV.written_at)
+
+
+def _lookup(level: ConsistencyLevel) -> Executable:
+    """Per table: known (a row at all), its newest barrier for the level, and its version
+    at the candidate (the newest for read_uncommitted; else the oldest newest of all)."""
+    newest = H.newest_written if level.semantics.written_only else H.newest_barrier
+    named = TableRow.table_name.in_(bindparam("tables", expanding=True))
+    if level.semantics.common_barrier:
+        candidate = (
+            select(func.min(newest))
+            .select_from(TableRow)
+            .join(H, H.table_name == TableRow.table_name)
+            .where(named)
+            .scalar_subquery()
+        )
+        at = TV.barrier_id == candidate
+        if level.semantics.written_only:
+            at = and_(at, TV.state == WRITTEN)
+    else:
+        at = TV.barrier_id == newest
+    return (
+        select(TableRow.table_name, newest.label("newest"), *_VERSION)
+        .select_from(TableRow)
+        .outerjoin(H, H.table_name == TableRow.table_name)
+        .outerjoin(TV, and_(TV.table_name == TableRow.table_name, at))
+        .where(named)
+    )
+
+
+_LOOKUPS = {level: _lookup(level) for level in ConsistencyLevel}
+
+
 def resolve_snapshot_set(
     session: Session, tables: Sequence[str], level: ConsistencyLevel
 ) -> SnapshotSet:
-    """Resolve one snapshot per table (DESIGN §3) inside ``session``'s transaction."""
+    """Resolve one snapshot per table (DESIGN §3) inside ``session``'s transaction: one
+    statement, unless a table's history has a gap at the candidate barrier."""
+    tables = list(dict.fromkeys(tables))
+    if not tables:
+        raise UnknownTableError([], hint="name at least one table to read")
+    rows = session.connection().execute(_LOOKUPS[level], {"tables": tables}).all()
+    newest: dict[str, int | None] = {r.table_name: r.newest for r in rows}
+    missing = [t for t in tables if t not in newest]
+    if missing:
+        raise UnknownTableError(missing)
+    empty = [t for t in tables if newest[t] is None]
+    if empty:
+        raise _no_version(level, tables, empty)
+    versions = {
+        r.table_name: TableVersion(
+            r.table_name, r.barrier_id, r.snapshot_id, VersionState(r.state), *r[-2:]
+        )
+        for r in rows
+        if r.barrier_id is not None
+    }
+    if not level.semantics.common_barrier:
+        return SnapshotSet(level, None, {t: versions[t] for t in tables})
+    candidate = min(b for b in newest.values() if b is not None)
+    if len(versions) < len(tables):
+        written_only = level.semantics.written_only
+        common = newest_common_barrier(
+            session, tables, written_only=written_only, at_most=candidate
+        )
+        if common is None:
+            lagging = [t for t in tables if newest[t] == candidate or t not in versions]
+            detail = ", ".join(f"{t} at {newest[t]}" for t in tables)
+            raise NoConsistentBarrierError(level.value, tables, lagging, f"newest: {detail}")
+        candidate = common
+        versions = {
+            t: to_version(row)
+            for t, row in _versions_at(
+                session, tables, candidate, written_only=written_only
+            ).items()
+        }
+    return SnapshotSet(level, candidate, {t: versions[t] for t in tables})
+
+
+def resolve_by_search(
+    session: Session, tables: Sequence[str], level: ConsistencyLevel
+) -> SnapshotSet:
+    """What :func:`resolve_snapshot_set` answers, found by searching the versions (each
+    table's newest barrier by a ``max``): the reference the maintained heads must match."""
     tables = list(dict.fromkeys(tables))
     if not tables:
         raise UnknownTableError([], hint="name at least one table to read")
@@ -126,15 +221,7 @@ def resolve_snapshot_set(
     newest = newest_barriers(session, tables, written_only=written_only)
     empty = [t for t, b in newest.items() if b is None]
     if empty:
-        one = len(empty) == 1
-        which, done = ("WRITTEN version", "written") if written_only else ("version", "processed")
-        raise NoConsistentBarrierError(
-            level.value,
-            tables,
-            empty,
-            f"{', '.join(map(repr, empty))} {'has' if one else 'have'} no {which} yet (no "
-            f"barrier {done} by {'its' if one else 'their'} writer job)",
-        )
+        raise _no_version(level, tables, empty)
     if not level.semantics.common_barrier:
         rows = _newest_rows(session, {t: b for t, b in newest.items() if b is not None})
         return SnapshotSet(level, None, {t: to_version(rows[t]) for t in tables})

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from lockstep.barrier.model import CommitState, RevisedTable, Revision, RevisionState
 from lockstep.barrier.operations import rules
 from lockstep.errors import InvalidRequestError, RevisionInProgressError, SnapshotExpiredError
-from lockstep.meta_tables.store.sql import retention
+from lockstep.meta_tables.store.sql import heads, retention
 from lockstep.meta_tables.store.sql.resolve import WRITTEN, require_tables
 from lockstep.meta_tables.store.sql.rows import barrier, load_topology, lock_job
 from lockstep.meta_tables.store.sql.schema import (
@@ -129,6 +129,7 @@ def begin(s: Session, table: str, to_barrier: int, *, full: bool, now: datetime)
         )
     s.flush()
     s.execute(delete(TV).where(TV.table_name.in_(tables), TV.barrier_id > after))
+    heads.refresh(s, tables)
     s.execute(
         delete(JobBarrierRow).where(
             JobBarrierRow.job_id.in_(revision.jobs), JobBarrierRow.barrier_id > after

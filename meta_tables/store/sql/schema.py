@@ -118,6 +118,17 @@ class TableVersionRow(Base):
     )
 
 
+class TableHeadRow(Base):
+    """Each table's newest version and newest WRITTEN version (schema version 6): what
+    resolution starts from, kept in the transaction of every change to ``ls_table_version``
+    (``heads.refresh``), so resolving is a lookup per table, not a search."""
+
+    __tablename__ = "ls_table_head"
+    table_name: Mapped[str] = mapped_column(ForeignKey("ls_table.table_name"), primary_key=True)
+    newest_barrier: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # any state
+    newest_written: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
 class JobBarrierRow(Base):
     __tablename__ = "ls_job_barrier"
     job_id: Mapped[str] = mapped_column(String(200), primary_key=True)

@@ -1,0 +1,82 @@
+"""Each table's newest barriers, kept current in the store (``ls_table_head``).
+
+Resolution starts from each table's newest version (read_committed, read_uncommitted) or
+newest WRITTEN version (repeatable_read). Rather than search ``ls_table_version`` for them
+on every read, the store keeps them in ``ls_table_head``, one row per table, written in the
+same transaction as every change to a table's versions:
+
+- a report (PROCESSED versions inserted, then published WRITTEN) and an abort (PROCESSED
+  versions dropped): ``protocol``;
+- a revision (versions after the target set aside): ``revision``;
+- a repair (versions restored WRITTEN): ``repair``;
+- a schema upgrade to version 6, or a bulk load that writes rows directly: ``rebuild``.
+
+Expiration only records horizons (``ls_retention``) and deletes no version, so it leaves
+the heads as they are; resolution checks horizons separately.
+
+A refresh recomputes the heads of the tables it is given from their versions (two index
+seeks per table), so it is right whatever the change was. Every writer of a table's
+versions holds its writer job's row lock (reports, revisions, repairs), so on PostgreSQL two
+refreshes of one table never interleave: the later one starts after the earlier commits and
+sees its versions. The store is the one place the heads live, so every replica reads the
+same answer.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Insert, ScalarSelect, bindparam, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from lockstep.barrier.model import VersionState
+from lockstep.meta_tables.store.sql.schema import TableHeadRow, TableRow, TableVersionRow
+
+TV = TableVersionRow
+WRITTEN = VersionState.WRITTEN.value
+
+
+def _newest(written_only: bool) -> ScalarSelect[Any]:
+    query = select(func.max(TV.barrier_id)).where(TV.table_name == TableRow.table_name)
+    if written_only:
+        query = query.where(TV.state == WRITTEN)
+    return query.correlate(TableRow).scalar_subquery()
+
+
+@functools.cache
+def _upsert(dialect: str, every_table: bool) -> Insert:
+    """INSERT the tables' recomputed heads, or UPDATE the rows they have (one statement)."""
+    source = select(TableRow.table_name, _newest(False), _newest(True))
+    if every_table:
+        source = source.where(TableRow.table_name.is_not(None))  # SQLite: a WHERE before ON
+    else:
+        source = source.where(TableRow.table_name.in_(bindparam("tables", expanding=True)))
+    build = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = build(TableHeadRow).from_select(
+        ["table_name", "newest_barrier", "newest_written"], source
+    )
+    return statement.on_conflict_do_update(
+        index_elements=["table_name"],
+        set_={
+            "newest_barrier": statement.excluded.newest_barrier,
+            "newest_written": statement.excluded.newest_written,
+        },
+    )
+
+
+def refresh(s: Session, tables: Sequence[str]) -> None:
+    """Recompute the heads of ``tables`` from their versions, in the caller's transaction.
+
+    Runs on the session's connection: flush pending ORM changes to the versions first."""
+    if tables:
+        connection = s.connection()
+        statement = _upsert(connection.dialect.name, False)
+        connection.execute(statement, {"tables": sorted(set(tables))})
+
+
+def rebuild(connection: Connection) -> None:
+    """Recompute every table's heads (a schema upgrade, or after a bulk load)."""
+    connection.execute(_upsert(connection.dialect.name, True))
