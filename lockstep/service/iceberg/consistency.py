@@ -57,7 +57,7 @@ def written_snapshots(session: Session, table: TableName) -> dict[int, int]:
             TableVersionRow.barrier_id >= keep_from.scalar_subquery(),
         )
     ).all()
-    return {int(barrier): int(snapshot) for barrier, snapshot in rows}
+    return {int(barrier): int(snapshot) for barrier, snapshot in rows if snapshot is not None}
 
 
 def with_barrier_tags(metadata: TableMetadata, written: dict[int, int]) -> TableMetadata:
@@ -67,10 +67,13 @@ def with_barrier_tags(metadata: TableMetadata, written: dict[int, int]) -> Table
         return metadata
     held = {s.snapshot_id for s in metadata.snapshots}
     tags = {
-        barrier_tag(barrier): SnapshotRef(
-            snapshot_id=snapshot, snapshot_ref_type=SnapshotRefType.TAG
-        )
+        barrier_tag(barrier): ref(snapshot, SnapshotRefType.TAG)
         for barrier, snapshot in sorted(written.items())
         if snapshot in held
     }
     return metadata.model_copy(update={"refs": {**tags, **metadata.refs}})
+
+
+def ref(snapshot_id: int, kind: SnapshotRefType) -> SnapshotRef:
+    """A ref to ``snapshot_id`` (pyiceberg's model takes the spec's field names)."""
+    return SnapshotRef.model_validate({"snapshot-id": snapshot_id, "type": kind.value})

@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRef, SnapshotRefType
+from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from sqlalchemy import select
 
 from lockstep.errors import (
@@ -40,6 +40,7 @@ from lockstep.readers.levels import ConsistencyLevel
 from lockstep.readers.model import Lease
 from lockstep.service.iceberg import storage
 from lockstep.service.iceberg.catalog import LoadedTable, ServedCatalog
+from lockstep.service.iceberg.consistency import ref
 from lockstep.service.iceberg.fencing import lockstep_table
 from lockstep.service.iceberg.names import TableName, loaded_namespace
 
@@ -160,9 +161,7 @@ class PinnedViews:
         if snapshot_id is None:
             refs.pop(MAIN_BRANCH, None)
         else:
-            refs[MAIN_BRANCH] = SnapshotRef(
-                snapshot_id=snapshot_id, snapshot_ref_type=SnapshotRefType.BRANCH
-            )
+            refs[MAIN_BRANCH] = ref(snapshot_id, SnapshotRefType.BRANCH)
         metadata = loaded.metadata.model_copy(
             update={"current_snapshot_id": snapshot_id, "refs": refs}
         )
