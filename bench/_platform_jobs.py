@@ -4,8 +4,9 @@ Each job loops: wait for its next barrier, report PROCESSED (a fake snapshot per
 report WRITTEN and take the next barrier from that answer if one is ready. Two kinds:
 
 - :func:`http_worker`: a process running many jobs as asyncio tasks, each with its own
-  connection to ``lockstep serve`` (a long poll holds one), speaking the service's HTTP API
-  directly (the same calls as ``RemoteMetadataStore``, without a thread per job);
+  keep-alive connection to ``lockstep serve`` (a long poll holds one), speaking the
+  service's HTTP API directly (the calls ``RemoteMetadataStore`` makes, without a thread or
+  a general-purpose client per job);
 - :class:`EmbeddedJobs`: jobs as threads of this process on one ``SqlMetadataStore``.
 
 Both tell the driver when all their jobs have WRITTEN a barrier, with ``time.monotonic()``
@@ -15,6 +16,7 @@ Both tell the driver when all their jobs have WRITTEN a barrier, with ``time.mon
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections import Counter
@@ -22,8 +24,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
-
-import httpx
 
 from lockstep.meta_tables.store.sql import wakeups
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
@@ -73,48 +73,95 @@ async def _http_main(
     loop = asyncio.get_running_loop()
     calls: Counter[str] = Counter()
     tally = _Tally(len(jobs), lambda b, at: pipe.send(("written", b, at, dict(calls))))
-    limits = httpx.Limits(max_connections=len(jobs) * 2 + 8, max_keepalive_connections=None)
-    timeout = httpx.Timeout(60.0, read=WAIT_S + 60.0)
-    headers = {"Authorization": f"Bearer {admin_token}"}
-    async with httpx.AsyncClient(
-        base_url=url, headers=headers, limits=limits, timeout=timeout
-    ) as client:
-        started = asyncio.Event()
-        first_polls = Counter[str]()
+    host, port = url.rsplit("//", 1)[1].split(":")
+    started = asyncio.Event()
+    first_polls: Counter[str] = Counter()
 
-        def polled() -> None:
-            first_polls["n"] += 1
-            if first_polls["n"] == len(jobs):
-                started.set()
+    def polled() -> None:
+        first_polls["n"] += 1
+        if first_polls["n"] == len(jobs):
+            started.set()
 
-        beat = asyncio.Event()
-        tasks = [asyncio.create_task(_http_job(client, job, tally, calls, polled)) for job in jobs]
-        tasks += [asyncio.create_task(_heartbeats(client, job, beat, heartbeat_s)) for job in jobs]
+    def connect() -> _Connection:
+        return _Connection(host, int(port), admin_token)
 
-        def failed(task: asyncio.Task[None]) -> None:
-            if not task.cancelled() and task.exception() is not None:
-                pipe.send(("failed", repr(task.exception())))
+    beat = asyncio.Event()
+    tasks = [asyncio.create_task(_http_job(connect(), job, tally, calls, polled)) for job in jobs]
+    tasks += [asyncio.create_task(_heartbeats(connect(), job, beat, heartbeat_s)) for job in jobs]
 
-        for task in tasks:
-            task.add_done_callback(failed)
-        await started.wait()
-        pipe.send(("ready", len(jobs)))
-        while True:
-            command = await loop.run_in_executor(None, pipe.recv)
-            if command == "beat":
-                beat.set()
-            elif command == "quiet":
-                beat.clear()
-            elif command == "stop":
-                break
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    def failed(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            pipe.send(("failed", repr(task.exception())))
+
+    for task in tasks:
+        task.add_done_callback(failed)
+    await started.wait()
+    pipe.send(("ready", len(jobs)))
+    while True:
+        command = await loop.run_in_executor(None, pipe.recv)
+        if command == "beat":
+            beat.set()
+        elif command == "quiet":
+            beat.clear()
+        elif command == "stop":
+            break
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
     pipe.send(("stopped", dict(calls)))
 
 
+class _Connection:
+    """One job's keep-alive HTTP/1.1 connection, as thin as a client can be: the benchmark
+    measures the service, and a general client's pool costs more than the service's answer
+    once it holds thousands of connections. Every call here is idempotent: one that fails
+    on a connection the service closed meanwhile is sent again on a new one."""
+
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self._address = (host, port)
+        self._head = f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def post(self, path: str, body: dict[str, Any]) -> Any:
+        for attempt in range(3):
+            try:
+                return await self._post(path, body)
+            except (ConnectionError, asyncio.IncompleteReadError):
+                self._streams = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+        if self._streams is None:
+            self._streams = await asyncio.open_connection(*self._address)
+        reader, writer = self._streams
+        data = json.dumps(body).encode()
+        writer.write(
+            f"POST {path} HTTP/1.1\r\n{self._head}Content-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        await writer.drain()
+        status = int((await reader.readline()).split()[1])
+        length, close = 0, False
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+            elif name.lower() == "connection" and "close" in value.lower():
+                close = True
+        payload = await reader.readexactly(length)
+        if close:
+            writer.close()
+            self._streams = None
+        if status >= 400:
+            raise RuntimeError(f"POST {path}: {status} {payload[:300]!r}")
+        return json.loads(payload)
+
+
 async def _http_job(
-    client: httpx.AsyncClient,
+    connection: _Connection,
     job: SimJob,
     tally: _Tally,
     calls: Counter[str],
@@ -123,52 +170,34 @@ async def _http_job(
     path = f"/v1/jobs/{job.job_id}"
     token = {"token": job.token}
     calls["next-barrier"] += 1
-    barrier = await _post(client, f"{path}/next-barrier", json=token)  # at once
+    barrier = await connection.post(f"{path}/next-barrier", token)  # at once
     polled()
     while True:
         if barrier is None:
             calls["next-barrier"] += 1
-            params = {"wait_s": WAIT_S}
-            barrier = await _post(client, f"{path}/next-barrier", params=params, json=token)
+            barrier = await connection.post(f"{path}/next-barrier?wait_s={WAIT_S:g}", token)
             continue
         b = barrier["barrier_id"]
-        snapshots = {t: b for t in job.sinks}
         calls["processed"] += 1
-        body = {**token, "barrier_id": b, "snapshots": snapshots}
-        await _post(client, f"{path}/processed", json=body)
+        snapshots = {t: b for t in job.sinks}
+        await connection.post(
+            f"{path}/processed", {**token, "barrier_id": b, "snapshots": snapshots}
+        )
         calls["written-and-next"] += 1
-        answer = await _post(client, f"{path}/written-and-next", json={**token, "barrier_id": b})
+        answer = await connection.post(f"{path}/written-and-next", {**token, "barrier_id": b})
         tally.wrote(b)
         barrier = answer["next_barrier"]
 
 
 async def _heartbeats(
-    client: httpx.AsyncClient, job: SimJob, beat: asyncio.Event, every_s: float
+    connection: _Connection, job: SimJob, beat: asyncio.Event, every_s: float
 ) -> None:
     """While ``beat`` is set, a heartbeat every ``every_s`` (spread over the interval)."""
     await asyncio.sleep((hash(job.job_id) % 1000) / 1000 * every_s)
     while True:
         await beat.wait()
-        await _post(client, f"/v1/jobs/{job.job_id}/heartbeat", json={"token": job.token})
+        await connection.post(f"/v1/jobs/{job.job_id}/heartbeat", {"token": job.token})
         await asyncio.sleep(every_s)
-
-
-async def _post(client: httpx.AsyncClient, path: str, **kwargs: Any) -> Any:
-    """POST, retried (every call here is idempotent) when a kept-alive connection the
-    service closed meanwhile fails, as ``RemoteMetadataStore`` retries."""
-    for attempt in range(3):
-        try:
-            return _ok(await client.post(path, **kwargs))
-        except httpx.TransportError:
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
-
-
-def _ok(response: httpx.Response) -> Any:
-    if response.status_code >= 400:
-        raise RuntimeError(f"{response.request.url}: {response.status_code} {response.text}")
-    return response.json()
 
 
 # -- embedded jobs (threads on one store) --------------------------------------------------
