@@ -23,8 +23,14 @@ from collections.abc import Callable, Collection, Sequence
 import duckdb
 import pyarrow as pa
 
-from lockstep.errors import ConfigurationError, MetaQueryError, ReadOnlyQueryError
-from lockstep.meta_tables.pushdown import Restriction, plan_pushdown
+from lockstep.errors import (
+    ConfigurationError,
+    LockstepError,
+    MetaQueryError,
+    ReadOnlyQueryError,
+)
+from lockstep.meta_tables.pushdown import Restriction, Value, pushdown
+from lockstep.meta_tables.pushdown_plan import MAX_SUBQUERY_VALUES
 from lockstep.meta_tables.views import VIEWS, base_tables_for, with_view_dependencies
 
 Exporter = Callable[[Collection[str], Sequence[Restriction]], dict[str, pa.Table]]
@@ -148,14 +154,21 @@ def run_meta_query(
     con = _connect()
     try:
         views = with_view_dependencies(referenced_views(query))
-        needed = base_tables_for(views)
-        base = export(sorted(needed), plan_pushdown(con, query, frozenset(needed)))
-        for name, table in base.items():
+        needed = sorted(base_tables_for(views))
+
+        def evaluate(sql: str) -> list[Value] | None:
+            return _subquery_values(sql, export, now_us=now_us, timeout_s=timeout_s)
+
+        pushed = pushdown(con, query, frozenset(needed), evaluate)
+        for name, table in export(needed, pushed.restrictions).items():
             con.register(name, table)
         con.execute(f"CREATE TEMP MACRO lockstep_now_us() AS {int(now_us)}::BIGINT")
         for view in VIEWS:  # in dependency order
             if view.name in views:
                 con.execute(f"CREATE TEMP VIEW {view.name} AS {view.sql}")
+        if not _checks_hold(con, pushed.checks):  # the store changed since: all of it
+            for name, table in export(needed, ()).items():
+                con.register(name, table)
         interrupted = threading.Event()
 
         def interrupt() -> None:
@@ -192,6 +205,36 @@ def run_meta_query(
         return result
     finally:
         con.close()
+
+
+def _subquery_values(
+    sql: str, export: Exporter, *, now_us: int, timeout_s: float
+) -> list[Value] | None:
+    """An uncorrelated subquery's values (its one column), run as a meta query of its own;
+    None if it is not one (it names the outer query's columns, say) or returns too many."""
+    try:
+        table = run_meta_query(
+            sql, export, now_us=now_us, max_rows=MAX_SUBQUERY_VALUES, timeout_s=timeout_s
+        )
+    except LockstepError:
+        return None
+    if table.num_columns != 1:
+        return None
+    return list(table.column(0).to_pylist())
+
+
+def _checks_hold(
+    con: duckdb.DuckDBPyConnection, checks: Sequence[tuple[str, tuple[Value, ...]]]
+) -> bool:
+    """Each subquery the pushdown assumed gives the same values over the export."""
+    for sql, values in checks:
+        try:
+            found = [row[0] for row in con.execute(sql).fetchall()]
+        except duckdb.Error:
+            return False
+        if sorted(map(repr, found)) != sorted(map(repr, values)):
+            return False
+    return True
 
 
 def _check_nothing_persists(con: duckdb.DuckDBPyConnection) -> None:

@@ -64,6 +64,20 @@ HOSTILE = [
     "SELECT repeat('x', 1000000) AS s FROM range(1000)",
     "SELECT",
     "",
+    # subqueries the pushdown evaluates first (#17) go through the same sandbox
+    "SELECT * FROM __META_BARRIER WHERE barrier_id > (SELECT count(*) FROM "
+    "read_csv('/etc/passwd'))",
+    "SELECT * FROM __META_BARRIER WHERE barrier_id IN (SELECT * FROM "
+    "query('CREATE TABLE t AS SELECT 1'))",
+    "SELECT * FROM __META_BARRIER WHERE barrier_id = (SELECT 1 FROM __META_JOB j "
+    "WHERE getenv('HOME') IS NOT NULL)",
+    # the store is never attached: no scanner reaches files or servers
+    "SELECT * FROM sqlite_scan('/etc/passwd', 'x')",
+    "SELECT * FROM sqlite_attach('/tmp/lockstep-escape.db')",
+    "SELECT * FROM postgres_query('store', 'SELECT 1')",
+    "SELECT * FROM postgres_execute('store', 'DROP TABLE ls_barrier')",
+    "SELECT * FROM __META_BARRIER WHERE barrier_id > (SELECT count(*) FROM "
+    "sqlite_scan('/etc/passwd', 'x'))",
 ]
 BEFORE = "SELECT barrier_id, ts, state FROM __META_BARRIER ORDER BY barrier_id"
 
@@ -223,3 +237,24 @@ def test_a_timeout_while_the_result_streams_is_a_clean_error(sandboxed: Lockstep
             timeout_s=0.3,
             max_bytes=2**40,
         )
+
+
+def test_the_meta_database_attaches_nothing_and_loads_no_scanner(sandboxed: Lockstep) -> None:
+    """Meta SQL reads copies: the store is not attached, and the scanner extensions (which
+    open any file, or run any SQL on the server, even with external access disabled) are
+    not loaded, so no query can reach the store's other tables or its credentials."""
+    sandboxed.sql("SELECT * FROM __META_BARRIER WHERE barrier_id > (SELECT 1)")
+    database = meta_query._connect()
+    try:
+        attached = {
+            r[0]
+            for r in database.execute("SELECT database_name FROM duckdb_databases()").fetchall()
+        }
+        loaded = database.execute(
+            "SELECT function_name FROM duckdb_functions() WHERE function_name LIKE 'sqlite%' "
+            "OR function_name LIKE 'postgres%'"
+        ).fetchall()
+    finally:
+        database.close()
+    assert attached == {"memory", "system", "temp"}
+    assert loaded == []
