@@ -143,7 +143,10 @@ class _Connection:
             + data
         )
         await writer.drain()
-        status = int((await reader.readline()).split()[1])
+        status_line = (await reader.readline()).split()
+        if len(status_line) < 2:  # the service closed the kept-alive connection
+            raise ConnectionResetError(f"no answer to POST {path}")
+        status = int(status_line[1])
         length, close = 0, False
         while (line := await reader.readline()) not in (b"\r\n", b""):
             name, _, value = line.decode().partition(":")
