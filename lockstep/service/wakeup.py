@@ -25,6 +25,7 @@ from lockstep.meta_tables.store.base import MetadataStore
 FIRST_POLL_S = 0.05  # without announcements: look again after this...
 MAX_POLL_S = 1.0  # ...doubling up to this
 LOOK_EVERY_S = 60.0  # a waiting job's store is looked at least this often, announced or not
+LOOKS_AT_ONCE = 8  # threads the long polls' looks may hold: the other calls keep the rest
 _Wait = tuple[asyncio.AbstractEventLoop, asyncio.Event]  # a long poll's loop and event
 
 
@@ -46,6 +47,9 @@ class BarrierWaits:
         # per job, after a poll that ended with nothing announced: its token, and when the
         # store was last looked at for it (the next poll need not look again at once)
         self._quiet: dict[str, tuple[int, float]] = {}
+        # A wake-up of thousands of jobs (a barrier issued to every root job, thousands of
+        # jobs starting) queues their looks here, not ahead of every other call.
+        self._looks = anyio.CapacityLimiter(LOOKS_AT_ONCE)
 
     @property
     def waiting(self) -> int:
@@ -87,9 +91,14 @@ class BarrierWaits:
                 found = None
                 if not skip:
                     looked = time.monotonic()
-                    found = await anyio.to_thread.run_sync(self._store.next_barrier, job_id, token)
+                    found = await anyio.to_thread.run_sync(
+                        self._store.next_barrier, job_id, token, limiter=self._looks
+                    )
                 skip = False
                 remaining = deadline - loop.time()
+                if found is None and remaining <= 0 and not self._closed:
+                    with self._lock:  # it looked: the next poll need not, unless announced
+                        self._quiet[job_id] = (token, looked)
                 if found is not None or remaining <= 0 or self._closed:
                     return found
                 if not self.announced:  # look again after a pause, or when woken anyway
