@@ -9,6 +9,7 @@ here, in one place, and the client raises the same error class again.
 from __future__ import annotations
 
 import functools
+from collections.abc import Hashable
 from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
@@ -107,8 +108,12 @@ def load(data: Any, kind: type[T] | Any) -> T:
     return result
 
 
-@functools.cache
 def adapter(kind: Any) -> TypeAdapter[Any]:
     """One adapter per payload type: building one costs about a millisecond (pydantic
     compiles its schema), more than the rest of a protocol call on the service."""
+    return _adapter(kind)
+
+
+@functools.cache
+def _adapter(kind: Hashable) -> TypeAdapter[Any]:
     return TypeAdapter(kind)
