@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Hashable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import TypeAdapter
 
@@ -116,4 +116,5 @@ def adapter(kind: Any) -> TypeAdapter[Any]:
 
 @functools.cache
 def _adapter(kind: Hashable) -> TypeAdapter[Any]:
-    return TypeAdapter(kind)
+    built: TypeAdapter[Any] = TypeAdapter(cast(Any, kind))
+    return built
