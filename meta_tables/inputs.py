@@ -97,5 +97,13 @@ INPUTS: dict[str, pa.Schema] = {
         ("finished_at", INT),
     ),
     "ls_table": _schema(("table_name", TEXT), ("created_at", INT)),
+    # each table's newest barrier and newest WRITTEN barrier (what a search of its versions
+    # finds; the SQL store keeps them current, schema version 6)
+    "ls_table_head": _schema(
+        ("table_name", TEXT),
+        ("newest_barrier", INT),
+        ("newest_written", INT),
+        ("newest_written_ts", INT),
+    ),
     "ls_table_version": _schema(*_VERSION),
 }

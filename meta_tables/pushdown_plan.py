@@ -369,6 +369,8 @@ class _Context:
             values = self.subquery(expression)
             if values is not None and len(values) != 1:
                 return None
+        elif _self_contained(expression) and self.evaluate is not None:
+            values = self.scalar(expression)  # (SELECT ...) - 1000, say
         else:
             return None
         wanted = int if column == "barrier_id" else str
@@ -387,6 +389,16 @@ class _Context:
             return None
         self.checks.append((sql, values))
         return values
+
+    def scalar(self, expression: Node) -> list[Value] | None:
+        """The value of an expression that reads no column of this query, as a one-value
+        list (None if it is not one value)."""
+        statement = parse(self.con, "SELECT 1")
+        if statement is None:
+            return None
+        statement["node"]["select_list"] = [expression]
+        values = self.subquery({"subquery": statement})
+        return values if values is not None and len(values) == 1 else None
 
     def conditions(self, expression: Node) -> list[tuple[tuple[int, str], tuple[Op, list[Value]]]]:
         """The key-column conditions one conjunct states (none if it is anything else)."""
@@ -455,6 +467,25 @@ class _Context:
         left = self.column(expression.get("left", {}))
         right = self.column(expression.get("right", {}))
         return [] if left is None or right is None or left == right else [(left, right)]
+
+
+def _self_contained(expression: Node) -> bool:
+    """No column reference outside its subqueries (it names none of the query's columns),
+    and at least one subquery (plain constant arithmetic is left to DuckDB)."""
+
+    def columns(tree: Any) -> bool:
+        if isinstance(tree, Mapping):
+            if tree.get("type") == "SUBQUERY":
+                return False
+            if tree.get("type") == "COLUMN_REF":
+                return True
+            return any(columns(v) for v in tree.values())
+        return isinstance(tree, list) and any(columns(v) for v in tree)
+
+    has_subquery = any(
+        isinstance(n, Mapping) and n.get("type") == "SUBQUERY" for n in _walk(expression)
+    )
+    return has_subquery and not columns(expression)
 
 
 def _constant(expression: Node) -> Value | None:

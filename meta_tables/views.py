@@ -46,12 +46,12 @@ def _ts(column: str) -> str:
     return f"make_timestamp({column})"
 
 
-# __META_TABLE's rows by table: the table, its writer, its versions (not its writer's sources)
+# __META_TABLE's rows by table: the table, its writer, its heads (not its writer's sources)
 _TABLE_KEYS = {
     "table_name": (
         Target("ls_table", "table_name"),
         Target("ls_job_sink", "table_name"),
-        Target("ls_table_version", "table_name"),
+        Target("ls_table_head", "table_name"),
     )
 }
 
@@ -71,13 +71,12 @@ VIEWS: tuple[MetaView, ...] = (
     MetaView(
         "__META_TABLE",
         "Every managed table: writer, type, newest versions, freshness lag.",
-        ("ls_table", "ls_job_sink", "ls_job_source", "ls_table_version", "ls_barrier"),
+        ("ls_table", "ls_job_sink", "ls_job_source", "ls_table_head"),
         f"""
         WITH heads AS (
-            SELECT table_name,
-                   max(barrier_id) AS latest_processed,
-                   max(barrier_id) FILTER (WHERE state = 'WRITTEN') AS latest_written
-            FROM ls_table_version GROUP BY table_name
+            SELECT table_name, newest_barrier AS latest_processed,
+                   newest_written AS latest_written, newest_written_ts AS ts
+            FROM ls_table_head
         )
         SELECT t.table_name,
                k.job_id AS writer_job,
@@ -86,12 +85,11 @@ VIEWS: tuple[MetaView, ...] = (
                     THEN 'INTERMEDIATE' ELSE 'ROOT' END AS table_type,
                h.latest_processed,
                h.latest_written,
-               {_ts("b.ts")} AS latest_written_issued_at,
-               (lockstep_now_us() - b.ts) / 1e6 AS freshness_lag_s
+               {_ts("h.ts")} AS latest_written_issued_at,
+               (lockstep_now_us() - h.ts) / 1e6 AS freshness_lag_s
         FROM ls_table t
         LEFT JOIN ls_job_sink k USING (table_name)
         LEFT JOIN heads h USING (table_name)
-        LEFT JOIN ls_barrier b ON b.barrier_id = h.latest_written
         """,
         keys=_TABLE_KEYS,
     ),

@@ -2,8 +2,8 @@
 
 Random sequences of reports (processed, written, aborted, stale or out of order), restarts,
 revisions, expirations and repairs. After every step:
-- each table's row in ls_table_head holds exactly the newest barrier and the newest WRITTEN
-  barrier that a search over ls_table_version finds;
+- each table's row in ls_table_head holds exactly the newest barrier, the newest WRITTEN
+  barrier and its issue time that a search over ls_table_version finds;
 - resolve (the heads, one statement) answers every table set at every level exactly as
   the search it replaced (``resolve_by_search``): the same snapshot set, or the same
   refusal with the same message.
@@ -34,11 +34,13 @@ _SEARCHED_HEADS = """
 SELECT t.table_name,
        (SELECT max(barrier_id) FROM ls_table_version v WHERE v.table_name = t.table_name),
        (SELECT max(barrier_id) FROM ls_table_version v
-         WHERE v.table_name = t.table_name AND v.state = 'WRITTEN')
+         WHERE v.table_name = t.table_name AND v.state = 'WRITTEN'),
+       (SELECT ts FROM ls_barrier WHERE barrier_id = (SELECT max(barrier_id)
+         FROM ls_table_version v WHERE v.table_name = t.table_name AND v.state = 'WRITTEN'))
 FROM ls_table t ORDER BY t.table_name
 """
 _KEPT_HEADS = """
-SELECT t.table_name, h.newest_barrier, h.newest_written
+SELECT t.table_name, h.newest_barrier, h.newest_written, h.newest_written_ts
 FROM ls_table t LEFT JOIN ls_table_head h USING (table_name) ORDER BY t.table_name
 """
 

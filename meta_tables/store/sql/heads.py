@@ -8,7 +8,8 @@ same transaction as every change to a table's versions:
 - a report (PROCESSED versions inserted, then published WRITTEN) and an abort (PROCESSED
   versions dropped): ``protocol``;
 - a revision (versions after the target set aside): ``revision``;
-- a repair (versions restored WRITTEN): ``repair``;
+- a repair (versions restored WRITTEN, barrier times corrected): ``repair``, which
+  rebuilds every table's heads (a head also holds its newest WRITTEN barrier's issue time);
 - a schema upgrade to version 6, or a bulk load that writes rows directly: ``rebuild``.
 
 Expiration only records horizons (``ls_retention``) and deletes no version, so it leaves
@@ -33,7 +34,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import VersionState
-from lockstep.meta_tables.store.sql.schema import TableHeadRow, TableRow, TableVersionRow
+from lockstep.meta_tables.store.sql.schema import (
+    BarrierRow,
+    TableHeadRow,
+    TableRow,
+    TableVersionRow,
+)
 
 TV = TableVersionRow
 WRITTEN = VersionState.WRITTEN.value
@@ -49,20 +55,27 @@ def _newest(written_only: bool) -> ScalarSelect[Any]:
 @functools.cache
 def _upsert(dialect: str, every_table: bool) -> Insert:
     """INSERT the tables' recomputed heads, or UPDATE the rows they have (one statement)."""
-    source = select(TableRow.table_name, _newest(False), _newest(True))
+    issued = (
+        select(BarrierRow.ts)
+        .where(BarrierRow.barrier_id == _newest(True))
+        .correlate(TableRow)
+        .scalar_subquery()
+    )
+    source = select(TableRow.table_name, _newest(False), _newest(True), issued)
     if every_table:
         source = source.where(TableRow.table_name.is_not(None))  # SQLite: a WHERE before ON
     else:
         source = source.where(TableRow.table_name.in_(bindparam("tables", expanding=True)))
     build = postgresql.insert if dialect == "postgresql" else sqlite.insert
     statement = build(TableHeadRow).from_select(
-        ["table_name", "newest_barrier", "newest_written"], source
+        ["table_name", "newest_barrier", "newest_written", "newest_written_ts"], source
     )
     return statement.on_conflict_do_update(
         index_elements=["table_name"],
         set_={
             "newest_barrier": statement.excluded.newest_barrier,
             "newest_written": statement.excluded.newest_written,
+            "newest_written_ts": statement.excluded.newest_written_ts,
         },
     )
 

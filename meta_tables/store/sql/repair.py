@@ -24,6 +24,7 @@ from lockstep.meta_tables.store.sql.rows import get_job, job_barrier, lock_job, 
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     InputCutRow,
+    JobRow,
     JobSinkRow,
     PendingCommitRow,
     RetentionRow,
@@ -43,8 +44,8 @@ def restore(s: Session, found: Sequence[FoundVersion], now: datetime) -> list[Ta
                 f"but its registered writer is {writers.get(f.table)!r}; register the jobs as "
                 "they ran, then repair again"
             )
-    for job_id in sorted({f.job_id for f in found}):  # a fixed order, as revisions lock
-        lock_job(s, job_id)  # the writers' reports wait: the heads below see every version
+    for job_id in sorted(s.scalars(select(JobRow.job_id))):  # a fixed order, as revisions
+        lock_job(s, job_id)  # every report waits: the heads rebuilt below see every version
     _restore_barriers(s, found)
     _restore_start(s, found)
     _restore_retention(s, found, now)
@@ -72,7 +73,8 @@ def restore(s: Session, found: Sequence[FoundVersion], now: datetime) -> list[Ta
         _restore_progress(s, f)
         s.flush()
         changed.append(to_version(row))
-    heads.refresh(s, [v.table for v in changed])
+    s.flush()
+    heads.rebuild(s.connection())  # barrier times may have moved too: every table's heads
     return changed
 
 

@@ -127,6 +127,8 @@ class TableHeadRow(Base):
     table_name: Mapped[str] = mapped_column(ForeignKey("ls_table.table_name"), primary_key=True)
     newest_barrier: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # any state
     newest_written: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # when newest_written was issued (__META_TABLE's freshness, without reading ls_barrier)
+    newest_written_ts: Mapped[datetime | None] = mapped_column(UtcMicros, nullable=True)
 
 
 class JobBarrierRow(Base):
