@@ -54,7 +54,7 @@ bench-pipeline: $(VENV)/.installed
 	$(BIN)/python bench/pipeline.py
 
 bench-platform: $(VENV)/.installed
-	$(BIN)/python bench/platform.py
+	$(BIN)/python bench/platform_scale.py
 
 CRASH_MINUTES ?= 10
 crash-check: $(VENV)/.installed

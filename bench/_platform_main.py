@@ -1,4 +1,4 @@
-"""The platform benchmark (bench/platform.py): its measurements and output."""
+"""The platform benchmark (bench/platform_scale.py): its measurements and output."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A smoke run of bench/platform.py at tiny sizes, so it does not rot: every figure measured
+"""A smoke run of bench/platform_scale.py at tiny sizes, so it does not rot: every figure measured
 beside its baseline, a barrier through every job at each size, the idle windows. Speed is
 never asserted."""
 
@@ -20,7 +20,7 @@ SIZES = (10, 20)
 def test_platform_benchmark_service_and_embedded(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
     sizes = ",".join(str(s) for s in SIZES)
-    command = [sys.executable, str(BENCH / "platform.py"), "--quick", "--sizes", sizes]
+    command = [sys.executable, str(BENCH / "platform_scale.py"), "--quick", "--sizes", sizes]
     result = subprocess.run(
         [*command, "--idle-s", "0.5", "--json", str(out)],
         capture_output=True,

@@ -18,37 +18,20 @@ each job on its own connection; embedded, they are threads of this process. Per 
 Baselines measured in the same run: the store's raw INSERT+COMMIT, an HTTP no-op
 (``/healthz``) and a point lookup (``bench/_floor.py``).
 
-    .venv/bin/python bench/platform.py [--quick] [--sizes 100,1000] [--backends service,sqlite]
-        [--idle-s 20] [--json FILE] [--profile DIR]
+(Issue #17 asked for ``bench/platform.py``; a ``platform.py`` in this folder would hide the
+standard library's ``platform`` module from every script here, which Python runs with the
+folder first on ``sys.path``.)
+
+    .venv/bin/python bench/platform_scale.py [--quick] [--sizes 100,1000]
+        [--backends service,sqlite] [--idle-s 20] [--json FILE] [--profile DIR]
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import sys
-import sysconfig
-from pathlib import Path
-
-if __name__ == "platform":
-    # Another script of this folder imported the standard library's ``platform`` (this
-    # folder comes first on its sys.path): be that module. The import system hands out
-    # what sys.modules holds once this file has run.
-    _spec = importlib.util.spec_from_file_location(
-        "platform", Path(sysconfig.get_paths()["stdlib"]) / "platform.py"
-    )
-    assert _spec is not None
-    assert _spec.loader is not None
-    _stdlib = importlib.util.module_from_spec(_spec)
-    sys.modules["platform"] = _stdlib
-    _spec.loader.exec_module(_stdlib)
 
 
 def main() -> None:
-    # This folder comes first on sys.path, where this file would shadow the standard
-    # library's ``platform`` module: move it to the end (worker processes inherit that).
-    here = sys.path.pop(0)
-    sys.path.append(here)
     importlib.import_module("_platform_main").main()
 
 
