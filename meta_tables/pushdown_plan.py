@@ -243,8 +243,7 @@ def _add_needs(
             needs.setdefault((table, column), []).append(restricted.get((table, column)))
 
 
-# the base columns some view's key filter may restrict
-_KEY_COLUMNS = sorted(
+_KEY_COLUMNS = sorted(  # the base columns some view's key filter may restrict
     {(t.table, t.column) for v in VIEWS_BY_NAME.values() for ts in v.keys.values() for t in ts}
 )
 
