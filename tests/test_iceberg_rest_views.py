@@ -63,7 +63,9 @@ def atomic_pipeline(atomic_iceberg_service: CatalogService) -> CatalogService:
     return _two_barriers(atomic_iceberg_service)
 
 
-def _two_barriers(iceberg_service: CatalogService) -> CatalogService:
+def _jobs_and_tables(iceberg_service: CatalogService, barriers: int) -> None:
+    """``load`` -> ``orders`` -> ``sum`` -> ``totals``, both tables created empty,
+    ``barriers`` issued, each job's first instance attached."""
     from lockstep.topology.model import JobSpec
 
     store = iceberg_service.store
@@ -73,9 +75,13 @@ def _two_barriers(iceberg_service: CatalogService) -> CatalogService:
     admin.create_namespace("default")
     for table in ("orders", "totals"):
         admin.create_table(f"default.{table}", SCHEMA)
-    store.issue_barrier()
-    store.issue_barrier()
+    for _ in range(barriers):
+        store.issue_barrier()
     TOKENS.update({job: store.attach(job).token for job in ("load", "sum")})
+
+
+def _two_barriers(iceberg_service: CatalogService) -> CatalogService:
+    _jobs_and_tables(iceberg_service, barriers=2)
     assert write_barrier(iceberg_service, "load", "orders", 10) == 1
     assert write_barrier(iceberg_service, "sum", "totals", 10) == 1
     assert write_barrier(iceberg_service, "load", "orders", 20) == 2
@@ -162,17 +168,7 @@ def test_atomic_publish_moves_main_of_every_table_together(atomic_pipeline: Cata
 def test_atomic_publish_shows_nothing_before_a_barrier_is_written_everywhere(
     atomic_iceberg_service: CatalogService,
 ) -> None:
-    from lockstep.topology.model import JobSpec
-
-    store = atomic_iceberg_service.store
-    store.register_job(JobSpec("load", sinks=("orders",)))
-    store.register_job(JobSpec("sum", sources=("orders",), sinks=("totals",)))
-    admin = catalog(atomic_iceberg_service)
-    admin.create_namespace("default")
-    for table in ("orders", "totals"):
-        admin.create_table(f"default.{table}", SCHEMA)
-    store.issue_barrier()
-    TOKENS.update({job: store.attach(job).token for job in ("load", "sum")})
+    _jobs_and_tables(atomic_iceberg_service, barriers=1)
     write_barrier(atomic_iceberg_service, "load", "orders", 10)
     orders = catalog(atomic_iceberg_service, READ_TOKEN).load_table("default.orders")
     assert orders.current_snapshot() is None  # barrier 1 is not in totals yet
