@@ -86,8 +86,15 @@ async def _http_main(
         return _Connection(host, int(port), admin_token)
 
     beat = asyncio.Event()
-    tasks = [asyncio.create_task(_http_job(connect(), job, tally, calls, polled)) for job in jobs]
-    tasks += [asyncio.create_task(_heartbeats(connect(), job, beat, heartbeat_s)) for job in jobs]
+    waiting: set[str] = set()  # jobs with a long poll out: they send no heartbeats
+    tasks = [
+        asyncio.create_task(_http_job(connect(), job, tally, calls, polled, waiting))
+        for job in jobs
+    ]
+    tasks += [
+        asyncio.create_task(_heartbeats(connect(), job, beat, heartbeat_s, waiting))
+        for job in jobs
+    ]
 
     def failed(task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -169,6 +176,7 @@ async def _http_job(
     tally: _Tally,
     calls: Counter[str],
     polled: Callable[[], None],
+    waiting: set[str],
 ) -> None:
     path = f"/v1/jobs/{job.job_id}"
     token = {"token": job.token}
@@ -178,7 +186,11 @@ async def _http_job(
     while True:
         if barrier is None:
             calls["next-barrier"] += 1
-            barrier = await connection.post(f"{path}/next-barrier?wait_s={WAIT_S:g}", token)
+            waiting.add(job.job_id)  # as RemoteMetadataStore: no heartbeats meanwhile
+            try:
+                barrier = await connection.post(f"{path}/next-barrier?wait_s={WAIT_S:g}", token)
+            finally:
+                waiting.discard(job.job_id)
             continue
         b = barrier["barrier_id"]
         calls["processed"] += 1
@@ -193,13 +205,15 @@ async def _http_job(
 
 
 async def _heartbeats(
-    connection: _Connection, job: SimJob, beat: asyncio.Event, every_s: float
+    connection: _Connection, job: SimJob, beat: asyncio.Event, every_s: float, waiting: set[str]
 ) -> None:
-    """While ``beat`` is set, a heartbeat every ``every_s`` (spread over the interval)."""
+    """While ``beat`` is set, a heartbeat every ``every_s`` (spread over the interval),
+    skipped while the job's long poll is out (the service records it as seen then)."""
     await asyncio.sleep((hash(job.job_id) % 1000) / 1000 * every_s)
     while True:
         await beat.wait()
-        await connection.post(f"/v1/jobs/{job.job_id}/heartbeat", {"token": job.token})
+        if job.job_id not in waiting:
+            await connection.post(f"/v1/jobs/{job.job_id}/heartbeat", {"token": job.token})
         await asyncio.sleep(every_s)
 
 

@@ -9,7 +9,9 @@ is raised as the same :class:`LockstepError` subclass the embedded coordinator r
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -90,6 +92,9 @@ class RemoteMetadataStore(MetadataStore):
         self._query_extensions = {"timeout": timeout.as_dict()}
         if token:
             self._client.headers["Authorization"] = f"Bearer {token}"
+        # instances with a long poll out: the service records them as seen meanwhile
+        self._polling: Counter[tuple[str, int]] = Counter()
+        self._polling_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -180,6 +185,8 @@ class RemoteMetadataStore(MetadataStore):
         # the heartbeat carries this process's lineage failures to the service's /metrics
         from lockstep.barrier.runtime.lineage import failures
 
+        if self._polling[(job_id, token)] > 0:
+            return  # its long poll is out: the service records it as seen (wakeup.py)
         path = f"/v1/jobs/{job_id}/heartbeat"
         headers = {"Lockstep-Lineage-Failures": str(failures())}
         self._call("POST", path, idempotent=True, json={"token": token}, headers=headers)
@@ -239,22 +246,32 @@ class RemoteMetadataStore(MetadataStore):
         # A long poll: the service answers as soon as a barrier is available to the job, or
         # after wait_s with null. Idempotent (a retry asks again), and a wait longer than
         # the service allows is several polls.
+        # While it waits, its heartbeats are not sent: the service records the waiting
+        # instance as seen.
         path = f"/v1/jobs/{job_id}/next-barrier"
         deadline = time.monotonic() + timeout_s
-        while True:
-            wait_s = max(0.0, min(deadline - time.monotonic(), MAX_WAIT_S))
-            timeout = httpx.Timeout(self._timeout_s, read=wait_s + self._timeout_s)
-            found: Barrier | None = self._json(
-                "POST",
-                path,
-                Barrier | None,
-                idempotent=True,
-                json={"token": token},
-                params={"wait_s": round(wait_s, 3)},
-                extensions={"timeout": timeout.as_dict()},
-            )
-            if found is not None or time.monotonic() >= deadline:
-                return found
+        with self._polling_lock:
+            self._polling[(job_id, token)] += 1
+        try:
+            while True:
+                wait_s = max(0.0, min(deadline - time.monotonic(), MAX_WAIT_S))
+                timeout = httpx.Timeout(self._timeout_s, read=wait_s + self._timeout_s)
+                found: Barrier | None = self._json(
+                    "POST",
+                    path,
+                    Barrier | None,
+                    idempotent=True,
+                    json={"token": token},
+                    params={"wait_s": round(wait_s, 3)},
+                    extensions={"timeout": timeout.as_dict()},
+                )
+                if found is not None or time.monotonic() >= deadline:
+                    return found
+        finally:
+            with self._polling_lock:
+                self._polling[(job_id, token)] -= 1
+                if self._polling[(job_id, token)] <= 0:
+                    del self._polling[(job_id, token)]
 
     def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
         body = {"token": token, "barrier_id": barrier_id}

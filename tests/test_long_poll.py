@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 import pytest
@@ -23,6 +24,7 @@ from lockstep.remote import RemoteMetadataStore
 from lockstep.topology.model import JobSpec
 
 pytest.importorskip("fastapi")
+from lockstep.service import wakeup
 from lockstep.service.app import create_app
 from lockstep.service.wakeup import BarrierWaits
 
@@ -170,3 +172,55 @@ def test_a_poll_after_a_quiet_one_does_not_look_until_something_is_announced(
     CountingStore.looks = 0
     assert _poll(url, "sum_amount", token, 0.2).json()["barrier_id"] == 1
     assert CountingStore.looks == 1
+
+
+class SeenStore(SqlMetadataStore):
+    """Records the service's ``record_seen`` calls and the heartbeats that reach it."""
+
+    seen: ClassVar[list[tuple[str, int]]] = []
+    heartbeats = 0
+    recorded = threading.Event()
+
+    def record_seen(self, instances: Collection[tuple[str, int]]) -> None:
+        super().record_seen(instances)
+        type(self).seen += list(instances)
+        type(self).recorded.set()
+
+    def heartbeat(self, job_id: str, token: int) -> None:
+        type(self).heartbeats += 1
+        super().heartbeat(job_id, token)
+
+
+def test_the_service_records_waiting_jobs_as_seen_while_their_heartbeats_pause(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wakeup, "SEEN_EVERY_S", 0.05)
+    SeenStore.seen, SeenStore.heartbeats = [], 0
+    SeenStore.recorded.clear()
+    store = SeenStore.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
+    register(store, (JobSpec("root", sinks=("t",)),))
+    token = store.attach("root").token
+    attached = store.query_meta("SELECT instance_seen_at FROM __META_JOB").to_pylist()
+    with running(create_app(store)) as url:
+        remote = RemoteMetadataStore(url)
+        answer: list[Barrier | None] = []
+        poller = threading.Thread(
+            target=lambda: answer.append(
+                remote.wait_for_next_barrier("root", token, timeout_s=WAIT_S)
+            )
+        )
+        poller.start()
+        clock.advance(5.0)
+        assert SeenStore.recorded.wait(WAIT_S), "the service never recorded the waiting job"
+        assert ("root", token) in SeenStore.seen
+        seen = store.query_meta("SELECT instance_seen_at FROM __META_JOB").to_pylist()
+        assert seen != attached  # written at the clock's new time
+        remote.heartbeat("root", token)  # its poll is out: not sent
+        assert SeenStore.heartbeats == 0
+        store.issue_barrier()
+        poller.join(WAIT_S)
+        assert [a.barrier_id if a else None for a in answer] == [1]
+        remote.heartbeat("root", token)  # no poll out: sent
+        assert SeenStore.heartbeats == 1
+        remote.close()
+    store.close()

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from conftest import FakeClock
 from pipelines import dump, register, snapshot_id
 
 from lockstep.barrier.model import Barrier, VersionState
@@ -27,6 +28,12 @@ def _threads_share(store: MetadataStore) -> None:
 
 def _processed(store: MetadataStore, job_id: str, token: int, barrier_id: int, table: str) -> None:
     store.report_processed(job_id, token, barrier_id, {table: snapshot_id(table, barrier_id)})
+
+
+def _seen(store: MetadataStore, job_id: str) -> object:
+    """When the job's current instance was last seen (``__META_JOB.instance_seen_at``)."""
+    query = f"SELECT instance_seen_at FROM __META_JOB WHERE job_id = '{job_id}'"
+    return store.query_meta(query).to_pylist()[0]["instance_seen_at"]
 
 
 class WaitContract:
@@ -73,6 +80,22 @@ class WaitContract:
             store.report_written_and_next("load_shopping", old, 1)
         assert dump(store) == before
         assert store.report_written_and_next("load_shopping", new, 1)[1] is None
+
+    def test_record_seen_marks_only_current_instances(
+        self, store: MetadataStore, clock: FakeClock
+    ) -> None:
+        register(store)
+        old = store.attach("load_shopping").token
+        new = store.attach("load_shopping").token
+        other = store.attach("sum_amount").token
+        before = {j: _seen(store, j) for j in ("load_shopping", "sum_amount")}
+        clock.advance(5.0)
+        store.record_seen([("load_shopping", old), ("nobody", 1)])  # fenced, unknown: skipped
+        assert {j: _seen(store, j) for j in before} == before
+        store.record_seen([("load_shopping", new), ("sum_amount", other)])
+        after = {j: _seen(store, j) for j in before}
+        assert all(after[j] != before[j] for j in before), (before, after)
+        store.record_seen([])  # nothing to record: no write
 
     def test_wait_for_next_barrier_times_out_with_none(self, store: MetadataStore) -> None:
         register(store)

@@ -65,6 +65,7 @@ from lockstep.service.status import collect_status, render_status_page
 from lockstep.topology.model import JobSpec
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
+DEFAULT_THREADS = 12  # plain-def endpoints running at once (AnyIO's default is 40)
 
 
 def create_app(
@@ -80,12 +81,22 @@ def create_app(
     catalog: dict[str, Any] | None = None,
     iceberg: IcebergSettings | None = None,
     metrics_token: str | None = None,
+    threads: int = DEFAULT_THREADS,
 ) -> FastAPI:
     """The service app over ``store``; ``tokens`` None disables authentication (and then
     only same-origin requests are accepted, see ``guard.py``). ``catalog`` is the Iceberg
     catalog the service tells its clients about (the ``[catalog]`` table); ``iceberg``, if
-    given, the Iceberg REST catalog it serves under ``/iceberg`` (``iceberg/mount.py``)."""
+    given, the Iceberg REST catalog it serves under ``/iceberg`` (``iceberg/mount.py``).
+
+    ``threads``: how many plain-``def`` endpoints run at once. The work is mostly Python
+    holding the GIL between short store round trips, so a few threads keep the process
+    busy; more only contend for the GIL (and for the store's connection pool)."""
     app = FastAPI(title="Lockstep coordinator", version="1")
+
+    async def _size_thread_pool() -> None:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = threads
+
+    app.router.on_startup.append(_size_thread_pool)
     app.add_middleware(Guard, tokens=tokens, max_body_bytes=max_body_bytes)
 
     @app.exception_handler(RequestValidationError)

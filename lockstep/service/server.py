@@ -57,6 +57,7 @@ def serve(settings: ServiceSettings) -> None:
         sql_max_rows=settings.sql_max_rows,
         sql_concurrency=settings.sql_concurrency,
         sql_queue=settings.sql_queue,
+        threads=settings.threads,
         max_body_bytes=settings.max_body_bytes,
         max_leases_per_caller=settings.max_leases_per_caller,
         catalog=settings.catalog,

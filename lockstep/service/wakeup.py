@@ -8,24 +8,33 @@ wakeups.py``: this replica's own writes at commit, other replicas' through Postg
 ``LISTEN/NOTIFY``). Each look is one ``next_barrier`` call on the thread pool, so the
 answer, and the start it records, are exactly those of a plain call. A store that cannot
 announce makes the waits look again on a timer (0.05 s doubling to 1 s).
+
+A job waiting in a long poll sends no heartbeats (``RemoteMetadataStore`` skips them while
+its poll is out): every :data:`SEEN_EVERY_S` the service records all its waiting instances
+as seen, in one store write (``record_seen``), instead of one request per job.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
+from collections import Counter
 
 import anyio
 
 from lockstep.barrier.model import Barrier
+from lockstep.errors import LockstepError
 from lockstep.meta_tables.store.base import MetadataStore
 
 FIRST_POLL_S = 0.05  # without announcements: look again after this...
 MAX_POLL_S = 1.0  # ...doubling up to this
 LOOK_EVERY_S = 60.0  # a waiting job's store is looked at least this often, announced or not
 LOOKS_AT_ONCE = 8  # threads the long polls' looks may hold: the other calls keep the rest
+SEEN_EVERY_S = 5.0  # waiting instances recorded as seen (well within LIVE_WITHIN_S)
+log = logging.getLogger("lockstep.service")
 _Wait = tuple[asyncio.AbstractEventLoop, asyncio.Event]  # a long poll's loop and event
 
 
@@ -50,6 +59,8 @@ class BarrierWaits:
         # A wake-up of thousands of jobs (a barrier issued to every root job, thousands of
         # jobs starting) queues their looks here, not ahead of every other call.
         self._looks = anyio.CapacityLimiter(LOOKS_AT_ONCE)
+        self._instances: Counter[tuple[str, int]] = Counter()  # (job, token): its polls
+        self._seen_task: asyncio.Task[None] | None = None
 
     @property
     def waiting(self) -> int:
@@ -60,6 +71,8 @@ class BarrierWaits:
     def close(self) -> None:
         """End the subscription and every wait (each looks once more and answers)."""
         self._closed = True
+        if self._seen_task is not None:
+            self._seen_task.cancel()
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -73,6 +86,9 @@ class BarrierWaits:
         with self._lock:
             self._waiting.setdefault(job_id, set()).add(wait)
             quiet = self._quiet.pop(job_id, None)
+        self._instances[(job_id, token)] += 1  # on the event loop, as the task below
+        if self._seen_task is None and wait_s > 0:
+            self._seen_task = loop.create_task(self._record_seen())
         try:
             deadline = loop.time() + wait_s
             pause = FIRST_POLL_S
@@ -113,11 +129,28 @@ class BarrierWaits:
                         self._quiet[job_id] = (token, looked)
                     return None  # nothing announced: the job will ask again
         finally:
+            self._instances[(job_id, token)] -= 1
+            if self._instances[(job_id, token)] <= 0:
+                del self._instances[(job_id, token)]
             with self._lock:
                 waits = self._waiting.get(job_id, set())
                 waits.discard(wait)
                 if not waits:
                     self._waiting.pop(job_id, None)
+
+    async def _record_seen(self) -> None:
+        """Every :data:`SEEN_EVERY_S`, record the instances waiting here as seen."""
+        while not self._closed:
+            await asyncio.sleep(SEEN_EVERY_S)
+            waiting = list(self._instances)
+            if not waiting:
+                continue
+            try:
+                await anyio.to_thread.run_sync(
+                    self._store.record_seen, waiting, limiter=self._looks
+                )
+            except LockstepError as e:  # the store is down: the next round tries again
+                log.warning("recording %d waiting jobs as seen failed: %s", len(waiting), e)
 
     def _woken(self, jobs: frozenset[str] | None) -> None:
         """A write may have made a barrier available to ``jobs`` (None: any): wake their

@@ -9,6 +9,7 @@ in the same transaction, persisted before the method returns.
 from __future__ import annotations
 
 import abc
+import contextlib
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timezone
@@ -27,6 +28,7 @@ from lockstep.barrier.model import (
     TableStatus,
     TableVersion,
 )
+from lockstep.errors import FencedError, UnknownJobError
 from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, Lease, SnapshotSet
 from lockstep.topology.graph import Topology
 from lockstep.topology.model import JobSpec
@@ -84,6 +86,15 @@ class MetadataStore(abc.ABC):
     def heartbeat(self, job_id: str, token: int) -> None:
         """The instance is alive (its runner calls this every few seconds, working or
         waiting); :class:`FencedError` if a newer instance took over."""
+
+    def record_seen(self, instances: Collection[tuple[str, int]]) -> None:
+        """A heartbeat for each ``(job_id, token)`` that is its job's current instance (the
+        others are skipped): the service records its long polls' jobs this way, since a
+        job waiting in a poll sends no heartbeats of its own. This default sends one
+        :meth:`heartbeat` each; the SQL store writes them in one statement."""
+        for job_id, token in instances:
+            with contextlib.suppress(FencedError, UnknownJobError):
+                self.heartbeat(job_id, token)
 
     @abc.abstractmethod
     def next_barrier(self, job_id: str, token: int) -> Barrier | None:

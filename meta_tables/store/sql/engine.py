@@ -10,16 +10,22 @@ store has acknowledged survives an OS crash or power loss, not only a crash of t
 (WAL with ``NORMAL`` may drop the last transactions then, while the job has already
 published: the seed's "persist before ack"). ``sqlite:///PATH?synchronous=normal`` trades
 that for speed, for those who accept the risk (docs/benchmarks.md measures the cost).
+
+PostgreSQL connections are pooled: :data:`PG_POOL_SIZE` kept open (a new connection costs
+the server a process), and a connection is pinged before use only when it has sat idle in
+the pool for :data:`IDLE_PING_S` (a dropped connection is replaced), not on every checkout:
+under load a ping per transaction is one round trip in five of a heartbeat.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.pool import StaticPool
 
 from lockstep.errors import ConfigurationError
@@ -27,6 +33,9 @@ from lockstep.errors import ConfigurationError
 WRITE_OPTION = "lockstep_write"
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 SQLITE_SYNCHRONOUS = ("full", "extra", "normal")  # the first is the default
+PG_POOL_SIZE = 24  # the service's protocol threads and meta-SQL pool, with room to spare
+PG_POOL_OVERFLOW = 16  # opened beyond that under a burst, closed when returned
+IDLE_PING_S = 10.0
 
 
 def create_store_engine(url: str) -> Engine:
@@ -56,11 +65,15 @@ def create_store_engine(url: str) -> Engine:
         if parsed.drivername == "postgresql":
             parsed = parsed.set(drivername="postgresql+psycopg")
         try:
-            return create_engine(parsed, pool_pre_ping=True, future=True)
+            engine = create_engine(
+                parsed, pool_size=PG_POOL_SIZE, max_overflow=PG_POOL_OVERFLOW, future=True
+            )
         except ModuleNotFoundError as e:
             raise ConfigurationError(
                 "the PostgreSQL store needs the psycopg driver: pip install 'lockstep[postgres]'"
             ) from e
+        _ping_when_idle(engine)
+        return engine
     raise ConfigurationError(
         f"unsupported store URL {url!r}: use sqlite:///PATH or postgresql://USER@HOST/DB"
     )
@@ -91,6 +104,24 @@ def _sqlite_engine(url: URL, *, in_memory: bool, synchronous: str) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Check a pooled connection that sat idle for :data:`IDLE_PING_S` before handing it
+    out (the server may have closed it meanwhile); the pool replaces one that fails."""
+
+    @event.listens_for(engine, "checkin")
+    def _idle_from(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _check(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.pop("idle_since", None)
+        if since is not None and time.monotonic() - since > IDLE_PING_S:
+            try:
+                engine.dialect.do_ping(dbapi_connection)
+            except Exception as e:  # the driver's error for a closed connection
+                raise DisconnectionError(f"the pooled connection is gone: {e}") from e
 
 
 def is_sqlite(engine: Engine) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,6 +26,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.orm import Session, aliased
@@ -44,6 +45,7 @@ from lockstep.errors import ProtocolError, UnknownBarrierError
 from lockstep.meta_tables.store.sql import heads, resolve, revision
 from lockstep.meta_tables.store.sql.rows import (
     JobState,
+    forget_job,
     get_job,
     load_job,
     lock_job,
@@ -56,6 +58,7 @@ from lockstep.meta_tables.store.sql.schema import (
     InputCutRow,
     JobBarrierRow,
     JobInstanceRow,
+    JobRow,
     PendingCommitRow,
     TableVersionRow,
 )
@@ -81,19 +84,46 @@ def attach(s: Session, job_id: str, now: datetime) -> JobInstance:
     job = lock_job(s, job_id)
     revision.check_not_revising(s, job_id)
     job.current_token += 1
+    forget_job(s, job_id)
     s.add(JobInstanceRow(job_id=job_id, token=job.current_token, attached_at=now, seen_at=now))
     return JobInstance(job_id, job.current_token, now)
 
 
-def heartbeat(s: Session, job_id: str, token: int, now: datetime) -> None:
-    """The instance is alive: record when (a fenced instance is told so)."""
-    job = load_job(s, job_id, lock=False)
-    protocol.check_token(job_id, token, job.current_token)
-    s.execute(
-        update(JobInstanceRow)
-        .where(JobInstanceRow.job_id == job_id, JobInstanceRow.token == token)
-        .values(seen_at=now)
+_CURRENT_INSTANCE = JobInstanceRow.token == (
+    select(JobRow.current_token).where(JobRow.job_id == JobInstanceRow.job_id).scalar_subquery()
+)
+
+
+_SEEN = (
+    update(JobInstanceRow)
+    .where(
+        JobInstanceRow.job_id == bindparam("instance_job"),
+        JobInstanceRow.token == bindparam("instance_token"),
+        _CURRENT_INSTANCE,
     )
+    .values(seen_at=bindparam("now"))
+)
+
+
+def heartbeat(s: Session, job_id: str, token: int, now: datetime) -> None:
+    """The instance is alive: record when, in one statement if it is the job's current
+    instance (else the job is loaded to say why not: unknown, or fenced)."""
+    params = {"instance_job": job_id, "instance_token": token, "now": now}
+    seen = s.connection().execute(_SEEN, params)
+    if seen.rowcount == 0:
+        job = load_job(s, job_id, lock=False)
+        protocol.check_token(job_id, token, job.current_token)
+
+
+def record_seen(s: Session, instances: Collection[tuple[str, int]], now: datetime) -> None:
+    """A heartbeat for each current instance among ``instances``, in one statement."""
+    if instances:
+        s.connection().execute(
+            update(JobInstanceRow)
+            .where(tuple_(JobInstanceRow.job_id, JobInstanceRow.token).in_(list(instances)))
+            .where(_CURRENT_INSTANCE)
+            .values(seen_at=now)
+        )
 
 
 # -- the job's next barrier ---------------------------------------------------------------
@@ -206,8 +236,10 @@ def start_next_barrier(s: Session, job_id: str, token: int, now: datetime) -> Ba
     barrier_id = expected_barrier(s, job)
     if barrier_id is None:
         return None
-    record_progress(s, job_id, barrier_id, token, started=now)
-    return _barrier_started(s, job_id, barrier_id)[0]
+    found, started = _barrier_started(s, job_id, barrier_id)
+    if not started:
+        record_progress(s, job_id, barrier_id, token, started=now)
+    return found
 
 
 # -- reports -------------------------------------------------------------------------------

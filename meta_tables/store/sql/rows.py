@@ -114,6 +114,9 @@ def _spec(job_id: str, external_sources: str, tables: JobTables) -> JobSpec:
     )
 
 
+_LOCKED_JOBS = "lockstep_locked_jobs"  # Session.info: the jobs loaded FOR UPDATE
+
+
 @dataclass(frozen=True)
 class JobState:
     """What the job protocol reads of a registered job."""
@@ -125,13 +128,28 @@ class JobState:
 
 def load_job(s: Session, job_id: str, *, lock: bool) -> JobState:
     """The job's row and its tables, in one statement. ``lock``: load the row ``FOR
-    UPDATE`` (PostgreSQL), which serializes one job's operations across replicas."""
+    UPDATE`` (PostgreSQL), which serializes one job's operations across replicas.
+
+    A locked load is kept for the rest of the transaction: nobody else can change the row
+    while the lock is held, so a second locked load of the job (a report, then the next
+    barrier, in one round trip) reads it from the session."""
+    locked: dict[str, JobState] = s.info.setdefault(_LOCKED_JOBS, {})
+    if job_id in locked:
+        return locked[job_id]
     rows = s.connection().execute(_LOCKED_JOB if lock else _JOB, {"job_id": job_id}).all()
     if not rows:
         raise UnknownJobError(job_id)
     external, start_after, token = rows[0][:3]
     tables = _job_tables((job_id, kind, t, p) for *_, kind, t, p in rows if kind is not None)
-    return JobState(_spec(job_id, external, tables), start_after, token)
+    job = JobState(_spec(job_id, external, tables), start_after, token)
+    if lock:
+        locked[job_id] = job
+    return job
+
+
+def forget_job(s: Session, job_id: str) -> None:
+    """The job's row changed in this transaction (an attach): load it again next time."""
+    s.info.get(_LOCKED_JOBS, {}).pop(job_id, None)
 
 
 def get_job(s: Session, job_id: str) -> JobRow:

@@ -176,7 +176,17 @@ class SqlMetadataStore(MetadataStore):
     def heartbeat(self, job_id: str, token: int) -> None:
         self._write(lambda s: protocol.heartbeat(s, job_id, token, self._clock()))
 
+    def record_seen(self, instances: Collection[tuple[str, int]]) -> None:
+        if instances:
+            self._write(lambda s: protocol.record_seen(s, instances, self._clock()))
+
     def next_barrier(self, job_id: str, token: int) -> Barrier | None:
+        if self._engine.dialect.name == "postgresql":
+            # one transaction, the job's row locked: there a read costs the round trips of
+            # a write (a SQLite write would queue behind every other writer instead)
+            return self._write(
+                lambda s: protocol.start_next_barrier(s, job_id, token, self._clock())
+            )
         # Polling is a read; only the first time a barrier is handed out is its start written.
         barrier, needs_start = self._read(lambda s: protocol.find_next_barrier(s, job_id, token))
         if barrier is None or not needs_start:
