@@ -69,8 +69,9 @@ def postgres_version(url: str) -> str:
 
 
 @contextmanager
-def lockstep_serve(store_url: str, workdir: Path) -> Iterator[tuple[str, str]]:
-    """Run ``lockstep serve`` over ``store_url``; yields (service URL, admin token)."""
+def lockstep_serve(store_url: str, workdir: Path, *, workers: int = 1) -> Iterator[tuple[str, str]]:
+    """Run ``lockstep serve`` over ``store_url`` (``workers`` processes); yields (service
+    URL, admin token)."""
     _tests_helpers()
     from ports import free_port
 
@@ -83,6 +84,8 @@ def lockstep_serve(store_url: str, workdir: Path) -> Iterator[tuple[str, str]]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [executable, "serve", "--store", store_url, "--port", str(port)]
+    if workers > 1:
+        command += ["--workers", str(workers)]
     with log.open("w") as log_file:
         process = subprocess.Popen(
             [*command, "--token-file", str(tokens)], stderr=log_file, cwd=workdir

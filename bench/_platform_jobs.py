@@ -92,8 +92,7 @@ async def _http_main(
         for job in jobs
     ]
     tasks += [
-        asyncio.create_task(_heartbeats(connect(), job, beat, heartbeat_s, waiting))
-        for job in jobs
+        asyncio.create_task(_heartbeats(connect(), job, beat, heartbeat_s, waiting)) for job in jobs
     ]
 
     def failed(task: asyncio.Task[None]) -> None:

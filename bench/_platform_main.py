@@ -79,7 +79,8 @@ def interleaved(a: Any, b: Any, n: int, block: int = 25) -> tuple[list[float], l
 def service_run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     sizes, quick = args.sizes, args.quick
     floor_n = QUICK_FLOOR_N if quick else FLOOR_N
-    with postgres_database() as url, lockstep_serve(url, workdir) as (svc, token):
+    workers = args.service_workers
+    with postgres_database() as url, lockstep_serve(url, workdir, workers=workers) as (svc, token):
         pid = service_pid(svc)
         engine = create_engine(url)
         commit = figure("insert+commit (raw)", "postgres", insert_commit(engine, floor_n))
@@ -294,6 +295,9 @@ def main() -> None:
     parser.add_argument("--sizes", help="comma-separated job counts (default 100,1000,10000)")
     parser.add_argument("--backends", default="service,sqlite")
     parser.add_argument("--workers", type=int, default=2, help="processes running the jobs")
+    parser.add_argument(
+        "--service-workers", type=int, default=1, help="lockstep serve --workers (PostgreSQL)"
+    )
     parser.add_argument("--idle-s", type=float, help="each idle window (default 30 s; quick 2 s)")
     parser.add_argument("--barriers", type=int, default=BARRIERS, help="barriers per size")
     parser.add_argument("--json", type=Path)
@@ -311,6 +315,7 @@ def main() -> None:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="lockstep-platform-") as tmp:
         workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
         if "service" in backends:
             try:
                 results["service"] = service_run(args, workdir)

@@ -30,9 +30,25 @@ _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) the process has used, all its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * _TICK_S
+    """CPU seconds (user + system) the process and its child processes (a service's
+    workers) have used, all their threads."""
+    total = 0.0
+    for found, parent, ticks in _processes():
+        if found == pid or parent == pid:
+            total += ticks * _TICK_S
+    return total
+
+
+def _processes() -> Iterator[tuple[int, int, int]]:
+    """(pid, parent pid, CPU ticks) of every process."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended meanwhile
+        yield int(proc.name), int(fields[1]), int(fields[11]) + int(fields[12])
 
 
 def service_pid(url: str) -> int:
@@ -62,7 +78,18 @@ def spy(pid: int, folder: Path | None, name: str) -> Iterator[None]:
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / f"{name}.svg"
     recorder = subprocess.Popen(
-        [tool, "record", "--pid", str(pid), "--output", str(out), "--rate", "200", "--nonblocking"],
+        [
+            tool,
+            "record",
+            "--pid",
+            str(pid),
+            "--output",
+            str(out),
+            "--rate",
+            "200",
+            "--nonblocking",
+            "--subprocesses",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -404,6 +404,12 @@ def _add_serve_command(sub: Any, cmds: _Commands) -> None:
         metavar="SECONDS",
         help="issue a barrier every SECONDS (in one replica at a time)",
     )
+    serve.add_argument(
+        "--workers",
+        type=_int_at_least(1),
+        metavar="N",
+        help="N processes serving the port, each a replica (PostgreSQL stores; default 1)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -192,6 +192,7 @@ def cmd_serve(args: argparse.Namespace) -> Output:
         "port": args.port,
         "token_file": args.token_file,
         "barrier_interval_s": args.barrier_interval,
+        "workers": args.workers,
     }
     settings = ServiceSettings.load(args.config, **{k: v for k, v in flags.items() if v})
     if settings.catalog is None and args.target and "://" not in args.target:

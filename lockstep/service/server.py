@@ -6,68 +6,62 @@ retried). Issuing on an interval runs in exactly one replica at a time: each rep
 :class:`~lockstep.barrier.coordinator.BarrierIssuer`, which takes a leadership lease in the
 store, and only the holder issues; when it dies its lease runs out and another replica's
 issuer takes over.
+
+``workers = N`` runs N replicas as processes of one ``lockstep serve`` sharing its port
+(uvicorn's workers): one process is one core at most (the GIL), so on a busy PostgreSQL
+coordinator N processes serve about N times the calls. Each process is a replica as
+above; their long polls are woken across processes by PostgreSQL ``NOTIFY``, which is why
+SQLite, whose writers in one process cannot wake waiters in another, runs one process.
 """
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import logging
+import os
 import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from lockstep.barrier.coordinator import BackgroundIssuer, BarrierIssuer, Interval
 from lockstep.errors import ConfigurationError
 from lockstep.service.settings import ServiceSettings
 from lockstep.stores import is_embedded, open_store
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from lockstep.meta_tables.store.base import MetadataStore
+
 log = logging.getLogger("lockstep.service")
 SHUTDOWN_GRACE_S = 5  # seconds a stopping replica lets running requests finish
+WORKER_SETTINGS_ENV = "LOCKSTEP_SERVICE_WORKER_SETTINGS"  # the settings, to each worker
 
 
 def serve(settings: ServiceSettings) -> None:
     """Run the service until interrupted (blocking)."""
     import uvicorn
 
-    from lockstep.service.app import create_app
-    from lockstep.service.auth import load_tokens
-    from lockstep.service.metrics import watch_leadership
-
-    if not is_embedded(settings.store):
-        raise ConfigurationError(
-            f"the service keeps its state in a SQL store (sqlite:///… or postgresql://…), "
-            f"not {settings.store}"
+    _check(settings)
+    if settings.workers > 1:
+        # each worker process builds its own app from the settings (worker_app)
+        os.environ[WORKER_SETTINGS_ENV] = json.dumps(_dump(settings))
+        uvicorn.run(
+            f"{__name__}:worker_app",
+            factory=True,
+            workers=settings.workers,
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )
-    tokens = load_tokens(settings.token_file) if settings.token_file else None
-    if tokens is None:
-        if not is_loopback(settings.host):
-            raise ConfigurationError(
-                f"without a token file the service listens on loopback only, not "
-                f"{settings.host!r}: give --token-file (lines of 'ROLE TOKEN') to serve "
-                "other machines, or --host 127.0.0.1"
-            )
-        log.warning("no token file: every local same-origin request is admin (development only)")
-    store = open_store(settings.store)
-    app = create_app(
-        store,
-        tokens=tokens,
-        sql_timeout_s=settings.sql_timeout_s,
-        sql_max_rows=settings.sql_max_rows,
-        sql_concurrency=settings.sql_concurrency,
-        sql_queue=settings.sql_queue,
-        threads=settings.threads,
-        max_body_bytes=settings.max_body_bytes,
-        max_leases_per_caller=settings.max_leases_per_caller,
-        catalog=settings.catalog,
-        iceberg=settings.iceberg,
-        metrics_token=settings.metrics_token.get_secret_value() if settings.metrics_token else None,
-    )
-    interval = settings.barrier_interval_s
-    ticker = BackgroundIssuer(BarrierIssuer(store, Interval(interval))) if interval else None
+        return
+    app, store, ticker = _build(settings)
     if ticker is not None:
-        watch_leadership(app, ticker.issuer.holder)  # lockstep_replica_leader
         ticker.start()
     if threading.current_thread() is threading.main_thread():
         # uvicorn shuts down gracefully on SIGTERM, then re-raises it: make that re-raise a
@@ -89,6 +83,88 @@ def serve(settings: ServiceSettings) -> None:
         store.close()
 
 
+def worker_app() -> FastAPI:
+    """One worker process's app (``workers`` > 1): the settings come from the parent."""
+    settings = ServiceSettings(**json.loads(os.environ[WORKER_SETTINGS_ENV]))
+    app, store, ticker = _build(settings)
+
+    def start() -> None:
+        if ticker is not None:
+            ticker.start()
+
+    def stop() -> None:
+        if ticker is not None:
+            ticker.stop()
+        store.close()
+
+    app.router.on_startup.append(start)
+    app.router.on_shutdown.append(stop)
+    return app
+
+
+def _check(settings: ServiceSettings) -> None:
+    """Refuse settings the service cannot run with, before anything starts."""
+    if not is_embedded(settings.store):
+        raise ConfigurationError(
+            f"the service keeps its state in a SQL store (sqlite:///… or postgresql://…), "
+            f"not {settings.store}"
+        )
+    if settings.token_file is not None:
+        from lockstep.service.auth import load_tokens
+
+        load_tokens(settings.token_file)  # a bad file is refused here, not in each worker
+    else:
+        if not is_loopback(settings.host):
+            raise ConfigurationError(
+                f"without a token file the service listens on loopback only, not "
+                f"{settings.host!r}: give --token-file (lines of 'ROLE TOKEN') to serve "
+                "other machines, or --host 127.0.0.1"
+            )
+        log.warning("no token file: every local same-origin request is admin (development only)")
+    if settings.workers > 1 and not settings.store.startswith("postgresql"):
+        raise ConfigurationError(
+            f"workers = {settings.workers} needs a PostgreSQL store: on SQLite a write in one "
+            "process cannot wake the long polls of another; run one worker (the default)"
+        )
+
+
+def _build(settings: ServiceSettings) -> tuple[FastAPI, MetadataStore, BackgroundIssuer | None]:
+    """The app, its store and its barrier ticker (not started) for ``settings``."""
+    from lockstep.service.app import create_app
+    from lockstep.service.auth import load_tokens
+    from lockstep.service.metrics import watch_leadership
+
+    tokens = load_tokens(settings.token_file) if settings.token_file else None
+    store = open_store(settings.store)
+    app = create_app(
+        store,
+        tokens=tokens,
+        sql_timeout_s=settings.sql_timeout_s,
+        sql_max_rows=settings.sql_max_rows,
+        sql_concurrency=settings.sql_concurrency,
+        sql_queue=settings.sql_queue,
+        threads=settings.threads,
+        max_body_bytes=settings.max_body_bytes,
+        max_leases_per_caller=settings.max_leases_per_caller,
+        catalog=settings.catalog,
+        iceberg=settings.iceberg,
+        metrics_token=settings.metrics_token.get_secret_value() if settings.metrics_token else None,
+    )
+    interval = settings.barrier_interval_s
+    ticker = BackgroundIssuer(BarrierIssuer(store, Interval(interval))) if interval else None
+    if ticker is not None:
+        watch_leadership(app, ticker.issuer.holder)  # lockstep_replica_leader
+    return app, store, ticker
+
+
+def _dump(settings: ServiceSettings) -> dict[str, Any]:
+    """The settings as JSON values, secrets included (for the worker processes only)."""
+    values: dict[str, Any] = settings.model_dump(mode="json", exclude_none=True)
+    if settings.metrics_token is not None:
+        values["metrics_token"] = settings.metrics_token.get_secret_value()
+    return values
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` only accepts connections from this machine."""
     if host == "localhost":
@@ -108,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int)
     parser.add_argument("--token-file", type=Path, help="lines of 'ROLE TOKEN' (admin|read)")
     parser.add_argument("--barrier-interval", type=float, help="issue a barrier every N s")
+    parser.add_argument("--workers", type=int, help="processes serving (PostgreSQL only)")
     args = parser.parse_args(argv)
     overrides = {
         k: v
@@ -117,6 +194,7 @@ def main(argv: list[str] | None = None) -> None:
             "port": args.port,
             "token_file": args.token_file,
             "barrier_interval_s": args.barrier_interval,
+            "workers": args.workers,
         }.items()
         if v is not None
     }
