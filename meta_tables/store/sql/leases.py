@@ -34,8 +34,7 @@ def acquire(
     # shared locks on the tables' rows: an expiration recording horizons waits for this
     # lease to commit (and then protects it), or this lease sees the new horizons
     retention.lock_tables(s, list(tables), exclusive=False)
-    snapshot_set = resolve.resolve_snapshot_set(s, tables, level)
-    retention.check_readable(s, snapshot_set.versions.values(), "this read")
+    snapshot_set = resolve.resolve_snapshot_set(s, tables, level)  # horizons checked
     lease_id = secrets.token_hex(16)
     expires = now + timedelta(seconds=ttl_s)
     s.add(

@@ -1,25 +1,31 @@
 """Snapshot-set resolution and barrier availability as indexed SQL.
 
 Resolution reads each table's newest barriers from ``ls_table_head`` (kept current by every
-change to the versions, :mod:`.heads`) and the versions at the candidate barrier, in one
-statement: a lookup per table. Only when a table's history has a gap at the candidate (a
-job registered late, or re-registered) does a fallback search the candidate's
-neighbourhood, still in SQL, newest first. :func:`resolve_by_search`, the search the heads
-replaced (a per-table ``max`` over the versions), is kept as the reference they are
-tested against.
+change to the versions, :mod:`.heads`), the versions at the candidate barrier and the
+tables' expiration horizons (``ls_retention``), in one statement: a lookup per table. Only
+when a table's history has a gap at the candidate (a job registered late, or re-registered)
+does a fallback search the candidate's neighbourhood, still in SQL, newest first.
+:func:`resolve_by_search`, the search the heads replaced (a per-table ``max`` over the
+versions), is kept as the reference they are tested against.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import Executable, and_, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import TableVersion, VersionState
-from lockstep.errors import NoConsistentBarrierError, UnknownTableError
+from lockstep.errors import NoConsistentBarrierError, SnapshotExpiredError, UnknownTableError
 from lockstep.meta_tables.store.sql.rows import to_version, versions_at
-from lockstep.meta_tables.store.sql.schema import TableHeadRow, TableRow, TableVersionRow
+from lockstep.meta_tables.store.sql.schema import (
+    RetentionRow,
+    TableHeadRow,
+    TableRow,
+    TableVersionRow,
+)
 from lockstep.readers.model import ConsistencyLevel, SnapshotSet
 
 TV = TableVersionRow
@@ -152,9 +158,10 @@ def _lookup(level: ConsistencyLevel) -> Executable:
     else:
         at = TV.barrier_id == newest
     return (
-        select(TableRow.table_name, newest.label("newest"), *_VERSION)
+        select(TableRow.table_name, RetentionRow.keep_from, newest.label("newest"), *_VERSION)
         .select_from(TableRow)
         .outerjoin(H, H.table_name == TableRow.table_name)
+        .outerjoin(RetentionRow, RetentionRow.table_name == TableRow.table_name)
         .outerjoin(TV, and_(TV.table_name == TableRow.table_name, at))
         .where(named)
     )
@@ -167,7 +174,23 @@ def resolve_snapshot_set(
     session: Session, tables: Sequence[str], level: ConsistencyLevel
 ) -> SnapshotSet:
     """Resolve one snapshot per table (DESIGN §3) inside ``session``'s transaction: one
-    statement, unless a table's history has a gap at the candidate barrier."""
+    statement, unless a table's history has a gap at the candidate barrier. A version
+    older than its table's expiration horizon is refused (:class:`SnapshotExpiredError`)."""
+    found = _resolve(session, tables, level)
+    for table, version in found.snapshot_set.versions.items():
+        keep_from = found.horizons.get(table)
+        if keep_from is not None and version.barrier_id < keep_from:
+            raise SnapshotExpiredError(table, version.barrier_id, keep_from, "this read")
+    return found.snapshot_set
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    snapshot_set: SnapshotSet
+    horizons: dict[str, int]  # the tables' expiration horizons (those that have one)
+
+
+def _resolve(session: Session, tables: Sequence[str], level: ConsistencyLevel) -> _Resolved:
     tables = list(dict.fromkeys(tables))
     if not tables:
         raise UnknownTableError([], hint="name at least one table to read")
@@ -179,6 +202,7 @@ def resolve_snapshot_set(
     empty = [t for t in tables if newest[t] is None]
     if empty:
         raise _no_version(level, tables, empty)
+    horizons = {r.table_name: r.keep_from for r in rows if r.keep_from is not None}
     versions = {
         r.table_name: TableVersion(
             r.table_name, r.barrier_id, r.snapshot_id, VersionState(r.state), *r[-2:]
@@ -187,7 +211,7 @@ def resolve_snapshot_set(
         if r.barrier_id is not None
     }
     if not level.semantics.common_barrier:
-        return SnapshotSet(level, None, {t: versions[t] for t in tables})
+        return _Resolved(SnapshotSet(level, None, {t: versions[t] for t in tables}), horizons)
     candidate = min(b for b in newest.values() if b is not None)
     if len(versions) < len(tables):
         written_only = level.semantics.written_only
@@ -205,7 +229,7 @@ def resolve_snapshot_set(
                 session, tables, candidate, written_only=written_only
             ).items()
         }
-    return SnapshotSet(level, candidate, {t: versions[t] for t in tables})
+    return _Resolved(SnapshotSet(level, candidate, {t: versions[t] for t in tables}), horizons)
 
 
 def resolve_by_search(

@@ -40,7 +40,8 @@ def kept_from(s: Session, table: str) -> int:
 
 
 def check_readable(s: Session, versions: Iterable[TableVersion], what: str) -> None:
-    """Refuse to hand out a version older than its table's horizon."""
+    """Refuse to hand out a version older than its table's horizon (resolution reads the
+    horizons in its lookup statement; this is the reference tests and benchmarks use)."""
     by_table = {v.table: v for v in versions}
     if not by_table:
         return

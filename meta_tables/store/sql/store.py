@@ -313,12 +313,8 @@ class SqlMetadataStore(MetadataStore):
     ) -> SnapshotSet:
         level = ConsistencyLevel.parse(level)
 
-        def work(s: Session) -> SnapshotSet:
-            snapshot_set = resolve.resolve_snapshot_set(s, tables, level)
-            retention.check_readable(s, snapshot_set.versions.values(), "this read")
-            return snapshot_set
-
-        return self._read(work)
+        # the expiration horizons are checked in the same statement
+        return self._read(lambda s: resolve.resolve_snapshot_set(s, tables, level))
 
     def acquire_lease(
         self,
