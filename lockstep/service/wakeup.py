@@ -87,8 +87,8 @@ class BarrierWaits:
             self._waiting.setdefault(job_id, set()).add(wait)
             quiet = self._quiet.pop(job_id, None)
         self._instances[(job_id, token)] += 1  # on the event loop, as the task below
-        if self._seen_task is None and wait_s > 0:
-            self._seen_task = loop.create_task(self._record_seen())
+        if wait_s > 0 and (self._seen_task is None or self._seen_task.done()):
+            self._seen_task = loop.create_task(self._record_seen())  # (again, on a new loop)
         try:
             deadline = loop.time() + wait_s
             pause = FIRST_POLL_S
