@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockstep.barrier.coordinator import BackgroundIssuer, BarrierIssuer, Interval
 from lockstep.errors import ConfigurationError
+from lockstep.service.auth import Role, load_tokens
 from lockstep.service.settings import ServiceSettings
 from lockstep.stores import is_embedded, open_store
 
@@ -46,7 +47,7 @@ def serve(settings: ServiceSettings) -> None:
     """Run the service until interrupted (blocking)."""
     import uvicorn
 
-    _check(settings)
+    tokens = _check(settings)
     if settings.workers > 1:
         # each worker process builds its own app from the settings (worker_app)
         os.environ[WORKER_SETTINGS_ENV] = json.dumps(_dump(settings))
@@ -60,7 +61,7 @@ def serve(settings: ServiceSettings) -> None:
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )
         return
-    app, store, ticker = _build(settings)
+    app, store, ticker = _build(settings, tokens)
     if ticker is not None:
         ticker.start()
     if threading.current_thread() is threading.main_thread():
@@ -86,7 +87,8 @@ def serve(settings: ServiceSettings) -> None:
 def worker_app() -> FastAPI:
     """One worker process's app (``workers`` > 1): the settings come from the parent."""
     settings = ServiceSettings(**json.loads(os.environ[WORKER_SETTINGS_ENV]))
-    app, store, ticker = _build(settings)
+    tokens = load_tokens(settings.token_file) if settings.token_file else None
+    app, store, ticker = _build(settings, tokens)
 
     def start() -> None:
         if ticker is not None:
@@ -102,18 +104,16 @@ def worker_app() -> FastAPI:
     return app
 
 
-def _check(settings: ServiceSettings) -> None:
-    """Refuse settings the service cannot run with, before anything starts."""
+def _check(settings: ServiceSettings) -> dict[str, Role] | None:
+    """Refuse settings the service cannot run with, before anything starts; the tokens of
+    the token file (None without one)."""
     if not is_embedded(settings.store):
         raise ConfigurationError(
             f"the service keeps its state in a SQL store (sqlite:///… or postgresql://…), "
             f"not {settings.store}"
         )
-    if settings.token_file is not None:
-        from lockstep.service.auth import load_tokens
-
-        load_tokens(settings.token_file)  # a bad file is refused here, not in each worker
-    else:
+    tokens = load_tokens(settings.token_file) if settings.token_file else None
+    if tokens is None:
         if not is_loopback(settings.host):
             raise ConfigurationError(
                 f"without a token file the service listens on loopback only, not "
@@ -126,15 +126,16 @@ def _check(settings: ServiceSettings) -> None:
             f"workers = {settings.workers} needs a PostgreSQL store: on SQLite a write in one "
             "process cannot wake the long polls of another; run one worker (the default)"
         )
+    return tokens
 
 
-def _build(settings: ServiceSettings) -> tuple[FastAPI, MetadataStore, BackgroundIssuer | None]:
+def _build(
+    settings: ServiceSettings, tokens: dict[str, Role] | None
+) -> tuple[FastAPI, MetadataStore, BackgroundIssuer | None]:
     """The app, its store and its barrier ticker (not started) for ``settings``."""
     from lockstep.service.app import create_app
-    from lockstep.service.auth import load_tokens
     from lockstep.service.metrics import watch_leadership
 
-    tokens = load_tokens(settings.token_file) if settings.token_file else None
     store = open_store(settings.store)
     app = create_app(
         store,
