@@ -1,13 +1,17 @@
-"""A real coordinator service on loopback (uvicorn in a thread) for the tests."""
+"""A real coordinator service on loopback (uvicorn in a thread) for the tests, and a
+readiness probe for one started as a process."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from conftest import FakeClock
 from ports import free_port
@@ -16,6 +20,24 @@ from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
 ADMIN_TOKEN = "s3cret-admin-token-01"
 READ_TOKEN = "s3cret-read-token-001"
+
+
+def wait_healthy(url: str, process: subprocess.Popen[Any], *, timeout_s: float) -> None:
+    """Until ``/healthz`` at ``url`` answers 200; fail if ``process`` exits first or
+    ``timeout_s`` passes (the exit shows the end of its stderr)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            stderr = process.stderr.read() if process.stderr is not None else ""
+            text = stderr.decode() if isinstance(stderr, bytes) else stderr
+            raise AssertionError(f"the service at {url} exited: {text[-2000:]}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)  # polling a readiness probe, bounded by the deadline
+    raise AssertionError(f"the service at {url} never became healthy")
 
 
 @contextmanager

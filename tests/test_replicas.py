@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 from ports import free_port
+from service_fixtures import wait_healthy
 
 from lockstep.barrier.model import Barrier
 from lockstep.errors import FencedError, NoConsistentBarrierError
@@ -60,19 +61,6 @@ def _start_replica(store_url: str, token_file: Path, port: int) -> subprocess.Po
     )
 
 
-def _wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
-    for _ in range(300):
-        if process.poll() is not None:
-            raise AssertionError(f"replica exited: {process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)  # polling a readiness probe, bounded: 15 s
-    raise AssertionError(f"replica at {url} never became healthy")
-
-
 @pytest.fixture
 def replicas(
     postgres_url: str, tmp_path: Path
@@ -85,7 +73,7 @@ def replicas(
         process = _start_replica(postgres_url, token_file, port)
         started.append((f"http://127.0.0.1:{port}", process))
     for url, process in started:
-        _wait_healthy(url, process)
+        wait_healthy(url, process, timeout_s=15)
     yield started
     for _, process in started:
         if process.poll() is None:

@@ -8,13 +8,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 from ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
+from service_fixtures import wait_healthy
 
 from lockstep.barrier.model import Barrier
 from lockstep.errors import ConfigurationError
@@ -55,7 +55,7 @@ def test_two_workers_serve_one_port_and_wake_each_others_polls(
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(url, process)
+        wait_healthy(url, process, timeout_s=60)
         admin = RemoteMetadataStore(url, token=TOKEN)
         for i in range(ROOTS):
             admin.register_job(JobSpec(f"root_{i}", sinks=(f"t_{i}",)))
@@ -96,15 +96,3 @@ def _replica_leader(url: str) -> float:
         if family.name == "lockstep_replica_leader":
             return float(family.samples[0].value)
     raise AssertionError("no lockstep_replica_leader in /metrics")
-
-
-def _wait_healthy(url: str, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()[1]
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.05)  # a readiness probe, bounded by the deadline
-    raise AssertionError("lockstep serve --workers 2 never became healthy")
