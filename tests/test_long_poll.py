@@ -224,3 +224,46 @@ def test_the_service_records_waiting_jobs_as_seen_while_their_heartbeats_pause(
         assert SeenStore.heartbeats == 1
         remote.close()
     store.close()
+
+
+class WriteDuringLook(SqlMetadataStore):
+    """A look that finds nothing, while the upstream job's WRITTEN report lands (announcing
+    the waiting job), and that outlasts its poll: the race a quiet poll must not hide."""
+
+    armed = False
+
+    def next_barrier(self, job_id: str, token: int) -> Barrier | None:
+        found = super().next_barrier(job_id, token)
+        if type(self).armed and job_id == "sum_amount":
+            type(self).armed = False
+            root = self.attach("load_shopping").token
+            self.issue_barrier()
+            assert self.next_barrier("load_shopping", root) is not None
+            self.report_processed("load_shopping", root, 1, {"shopping": 1})
+            self.report_written("load_shopping", root, 1)  # announces sum_amount
+            time.sleep(0.1)  # a slow look: the poll's wait ends during it
+        return found
+
+
+def test_an_announcement_during_a_poll_last_look_is_not_lost(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    store = WriteDuringLook.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
+    register(store)
+    token = store.attach("sum_amount").token
+    waits = BarrierWaits(store)
+
+    async def two_polls() -> tuple[Barrier | None, Barrier | None]:
+        WriteDuringLook.armed = True
+        first = await waits.next_barrier("sum_amount", token, 0.01)
+        # The write came after the first look read the store: the next poll must look
+        # again (not take the first poll's quiet end as "nothing changed since").
+        second = await asyncio.wait_for(waits.next_barrier("sum_amount", token, WAIT_S), 5)
+        return first, second
+
+    first, second = asyncio.run(two_polls())
+    waits.close()
+    store.close()
+    assert first is None
+    assert second is not None
+    assert second.barrier_id == 1

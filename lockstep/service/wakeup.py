@@ -56,6 +56,10 @@ class BarrierWaits:
         # per job, after a poll that ended with nothing announced: its token, and when the
         # store was last looked at for it (the next poll need not look again at once)
         self._quiet: dict[str, tuple[int, float]] = {}
+        # announcements so far, per job and to every job: a poll ends quiet only if none
+        # came since its last look began (one that lands during the look is not lost)
+        self._announced: Counter[str] = Counter()
+        self._announced_all = 0
         # A wake-up of thousands of jobs (a barrier issued to every root job, thousands of
         # jobs starting) queues their looks here, not ahead of every other call.
         self._looks = anyio.CapacityLimiter(LOOKS_AT_ONCE)
@@ -86,6 +90,7 @@ class BarrierWaits:
         with self._lock:
             self._waiting.setdefault(job_id, set()).add(wait)
             quiet = self._quiet.pop(job_id, None)
+            mark = self._announced[job_id], self._announced_all
         self._instances[(job_id, token)] += 1  # on the event loop, as the task below
         if wait_s > 0 and (self._seen_task is None or self._seen_task.done()):
             self._seen_task = loop.create_task(self._record_seen())  # (again, on a new loop)
@@ -107,14 +112,14 @@ class BarrierWaits:
                 found = None
                 if not skip:
                     looked = time.monotonic()
+                    mark = self._mark(job_id)
                     found = await anyio.to_thread.run_sync(
                         self._store.next_barrier, job_id, token, limiter=self._looks
                     )
                 skip = False
                 remaining = deadline - loop.time()
                 if found is None and remaining <= 0 and not self._closed:
-                    with self._lock:  # it looked: the next poll need not, unless announced
-                        self._quiet[job_id] = (token, looked)
+                    self._end_quiet(job_id, token, looked, mark)  # unless announced since
                 if found is not None or remaining <= 0 or self._closed:
                     return found
                 if not self.announced:  # look again after a pause, or when woken anyway
@@ -125,8 +130,7 @@ class BarrierWaits:
                 try:
                     await asyncio.wait_for(woken.wait(), remaining)
                 except asyncio.TimeoutError:
-                    with self._lock:
-                        self._quiet[job_id] = (token, looked)
+                    self._end_quiet(job_id, token, looked, mark)
                     return None  # nothing announced: the job will ask again
         finally:
             self._instances[(job_id, token)] -= 1
@@ -137,6 +141,18 @@ class BarrierWaits:
                 waits.discard(wait)
                 if not waits:
                     self._waiting.pop(job_id, None)
+
+    def _mark(self, job_id: str) -> tuple[int, int]:
+        """The announcements so far that concern ``job_id``."""
+        with self._lock:
+            return self._announced[job_id], self._announced_all
+
+    def _end_quiet(self, job_id: str, token: int, looked: float, mark: tuple[int, int]) -> None:
+        """A poll ends with nothing found: its job's next poll need not look at once, if
+        nothing was announced for the job since the last look began (``mark``)."""
+        with self._lock:
+            if (self._announced[job_id], self._announced_all) == mark:
+                self._quiet[job_id] = (token, looked)
 
     async def _record_seen(self) -> None:
         """Every :data:`SEEN_EVERY_S`, record the instances waiting here as seen."""
@@ -159,10 +175,12 @@ class BarrierWaits:
             if jobs is None:
                 waits = [w for found in self._waiting.values() for w in found]
                 self._quiet.clear()
+                self._announced_all += 1
             else:
                 waits = [w for job in jobs for w in self._waiting.get(job, ())]
                 for job in jobs:
                     self._quiet.pop(job, None)
+                    self._announced[job] += 1
         for loop, event in waits:
             with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
                 loop.call_soon_threadsafe(event.set)
