@@ -267,3 +267,25 @@ def test_an_announcement_during_a_poll_last_look_is_not_lost(
     assert first is None
     assert second is not None
     assert second.barrier_id == 1
+
+
+def test_a_poll_after_written_and_next_found_nothing_does_not_look_again(
+    counted: tuple[CountingStore, str],
+) -> None:
+    store, url = counted
+    register(store)
+    token = store.attach("load_shopping").token
+    store.issue_barrier()
+    assert store.next_barrier("load_shopping", token) is not None
+    store.report_processed("load_shopping", token, 1, {"shopping": 1})
+    answer = httpx.post(
+        f"{url}/v1/jobs/load_shopping/written-and-next", json={"token": token, "barrier_id": 1}
+    )
+    assert answer.status_code == 200
+    assert answer.json()["next_barrier"] is None  # it looked: no barrier 2 yet
+    CountingStore.looks = 0
+    assert _poll(url, "load_shopping", token, 0.2).json() is None
+    assert CountingStore.looks == 0  # nothing announced since that report's look
+    store.issue_barrier()  # announces the root job
+    assert _poll(url, "load_shopping", token, WAIT_S).json()["barrier_id"] == 2
+    assert CountingStore.looks == 1

@@ -3,7 +3,8 @@ input cuts, recovery, and the job's own history.
 
 A job's barrier costs two or three calls: ``next-barrier`` (waiting on the service, not
 polling it: ``wakeup.py``), ``processed``, and ``written-and-next``, whose answer carries
-the job's next barrier when one is already available.
+the job's next barrier when one is already available (when none is, the poll that follows
+starts waiting without looking again).
 """
 
 from __future__ import annotations
@@ -64,9 +65,12 @@ def add_job_protocol(app: FastAPI, store: MetadataStore) -> BarrierWaits:
     @app.post("/v1/jobs/{job_id}/written-and-next")
     def report_written_and_next(job_id: str, body: WrittenIn, _: Admin) -> dict[str, Any]:
         """The WRITTEN report, and the job's next barrier (null if none is available yet)."""
+        mark = waits.mark(job_id)
         versions, found = store.report_written_and_next(
             job_id, body.token, body.barrier_id, body.snapshots
         )
+        if found is None:  # the job's poll that follows need not look again at once
+            waits.found_nothing(job_id, body.token, mark)
         return {
             "versions": wire.dump(versions, list[TableVersion]),
             "next_barrier": wire.dump(found, Barrier | None),

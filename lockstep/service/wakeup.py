@@ -36,6 +36,8 @@ LOOKS_AT_ONCE = 8  # threads the long polls' looks may hold: the other calls kee
 SEEN_EVERY_S = 5.0  # waiting instances recorded as seen (well within LIVE_WITHIN_S)
 log = logging.getLogger("lockstep.service")
 _Wait = tuple[asyncio.AbstractEventLoop, asyncio.Event]  # a long poll's loop and event
+# the announcements that concern a job (its own, to every job), and when it was taken
+Mark = tuple[int, int, float]
 
 
 class BarrierWaits:
@@ -90,7 +92,7 @@ class BarrierWaits:
         with self._lock:
             self._waiting.setdefault(job_id, set()).add(wait)
             quiet = self._quiet.pop(job_id, None)
-            mark = self._announced[job_id], self._announced_all
+            mark = self._announced[job_id], self._announced_all, 0.0
         self._instances[(job_id, token)] += 1  # on the event loop, as the task below
         if wait_s > 0 and (self._seen_task is None or self._seen_task.done()):
             self._seen_task = loop.create_task(self._record_seen())  # (again, on a new loop)
@@ -100,26 +102,26 @@ class BarrierWaits:
             # A poll right after one that ended with nothing announced for the job need not
             # look: nothing it could find has changed (a wake-up since would have cleared
             # it). At least every LOOK_EVERY_S it looks anyway (a missed NOTIFY).
-            looked = quiet[1] if quiet is not None else 0.0
+            if quiet is not None:
+                mark = (*mark[:2], quiet[1])  # when the store was last looked at for the job
             skip = (
                 wait_s > 0
                 and quiet is not None
                 and quiet[0] == token
-                and time.monotonic() - looked < LOOK_EVERY_S
+                and time.monotonic() - mark[2] < LOOK_EVERY_S
             )
             while True:
                 woken.clear()  # before the look: a wake-up during it is not lost
                 found = None
                 if not skip:
-                    looked = time.monotonic()
-                    mark = self._mark(job_id)
+                    mark = self.mark(job_id)
                     found = await anyio.to_thread.run_sync(
                         self._store.next_barrier, job_id, token, limiter=self._looks
                     )
                 skip = False
                 remaining = deadline - loop.time()
                 if found is None and remaining <= 0 and not self._closed:
-                    self._end_quiet(job_id, token, looked, mark)  # unless announced since
+                    self.found_nothing(job_id, token, mark)
                 if found is not None or remaining <= 0 or self._closed:
                     return found
                 if not self.announced:  # look again after a pause, or when woken anyway
@@ -130,7 +132,7 @@ class BarrierWaits:
                 try:
                     await asyncio.wait_for(woken.wait(), remaining)
                 except asyncio.TimeoutError:
-                    self._end_quiet(job_id, token, looked, mark)
+                    self.found_nothing(job_id, token, mark)
                     return None  # nothing announced: the job will ask again
         finally:
             self._instances[(job_id, token)] -= 1
@@ -142,17 +144,19 @@ class BarrierWaits:
                 if not waits:
                     self._waiting.pop(job_id, None)
 
-    def _mark(self, job_id: str) -> tuple[int, int]:
-        """The announcements so far that concern ``job_id``."""
+    def mark(self, job_id: str) -> Mark:
+        """The announcements so far that concern ``job_id``: take it before a look at the
+        job's next barrier outside a poll, and hand it to :meth:`found_nothing`."""
         with self._lock:
-            return self._announced[job_id], self._announced_all
+            return self._announced[job_id], self._announced_all, time.monotonic()
 
-    def _end_quiet(self, job_id: str, token: int, looked: float, mark: tuple[int, int]) -> None:
-        """A poll ends with nothing found: its job's next poll need not look at once, if
-        nothing was announced for the job since the last look began (``mark``)."""
+    def found_nothing(self, job_id: str, token: int, mark: Mark) -> None:
+        """A look at the job's next barrier, begun at ``mark``, found none (a poll's, or a
+        ``written-and-next`` report's): the job's next poll need not look again at once,
+        unless something was announced for the job since the look began."""
         with self._lock:
-            if (self._announced[job_id], self._announced_all) == mark:
-                self._quiet[job_id] = (token, looked)
+            if (self._announced[job_id], self._announced_all) == mark[:2]:
+                self._quiet[job_id] = (token, mark[2])
 
     async def _record_seen(self) -> None:
         """Every :data:`SEEN_EVERY_S`, record the instances waiting here as seen."""
