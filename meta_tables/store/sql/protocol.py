@@ -115,12 +115,22 @@ def heartbeat(s: Session, job_id: str, token: int, now: datetime) -> None:
         protocol.check_token(job_id, token, job.current_token)
 
 
+_SEEN_CHUNK = 2_000  # instances per statement: two bound parameters each, well within
+# SQLite's 32,766 and PostgreSQL's 65,535
+
+
 def record_seen(s: Session, instances: Collection[tuple[str, int]], now: datetime) -> None:
-    """A heartbeat for each current instance among ``instances``, in one statement."""
-    if instances:
+    """A heartbeat for each current instance among ``instances``: one statement per
+    :data:`_SEEN_CHUNK` instances."""
+    listed = list(instances)
+    for start in range(0, len(listed), _SEEN_CHUNK):
         s.connection().execute(
             update(JobInstanceRow)
-            .where(tuple_(JobInstanceRow.job_id, JobInstanceRow.token).in_(list(instances)))
+            .where(
+                tuple_(JobInstanceRow.job_id, JobInstanceRow.token).in_(
+                    listed[start : start + _SEEN_CHUNK]
+                )
+            )
             .where(_CURRENT_INSTANCE)
             .values(seen_at=now)
         )
