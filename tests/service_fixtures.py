@@ -3,6 +3,7 @@ readiness probe for one started as a process."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import threading
 import time
@@ -15,6 +16,7 @@ import httpx
 import pytest
 from conftest import FakeClock
 from ports import free_port
+from prometheus_client.parser import text_string_to_metric_families
 
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
@@ -38,6 +40,51 @@ def wait_healthy(url: str, process: subprocess.Popen[Any], *, timeout_s: float) 
             pass
         time.sleep(0.05)  # polling a readiness probe, bounded by the deadline
     raise AssertionError(f"the service at {url} never became healthy")
+
+
+def long_polls(url: str, token: str) -> float:
+    """``lockstep_long_polls`` of the replica (or worker) that answers the scrape."""
+    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"}).text
+    for family in text_string_to_metric_families(text):
+        if family.name == "lockstep_long_polls":
+            return float(family.samples[0].value)
+    raise AssertionError("no lockstep_long_polls in /metrics")
+
+
+def stop_with_polls_out(
+    url: str, process: subprocess.Popen[str], token: str, polls: dict[str, int], workers: int = 1
+) -> tuple[list[httpx.Response], str]:
+    """Stop a service started as a process (SIGTERM) while a 40 s long poll of each job in
+    ``polls`` (job -> instance token) waits on it; the polls' answers and its stderr."""
+    answers: list[httpx.Response] = []
+    out = threading.Event()  # the polls are sent: stop
+
+    def poll(job_id: str, instance: int) -> None:
+        with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=60) as client:
+            request = client.build_request(
+                "POST",
+                f"{url}/v1/jobs/{job_id}/next-barrier",
+                params={"wait_s": 40},
+                json={"token": instance},
+            )
+            out.set()
+            answers.append(client.send(request))
+
+    pollers = [threading.Thread(target=poll, args=item) for item in polls.items()]
+    for poller in pollers:
+        poller.start()
+    out.wait(10)
+    deadline = time.monotonic() + 10
+    # until the service says they wait (with workers, scrapes reach any of them: one
+    # shows a poll); none can be answered, their jobs have no barrier
+    while long_polls(url, token) < (len(polls) if workers == 1 else 1):
+        assert time.monotonic() < deadline, "the long polls never reached the service"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    for poller in pollers:
+        poller.join(30)
+    _, stderr = process.communicate(timeout=30)
+    return answers, stderr
 
 
 @contextmanager

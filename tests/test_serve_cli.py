@@ -12,10 +12,14 @@ from pathlib import Path
 import httpx
 import pytest
 from ports import free_port
+from service_fixtures import stop_with_polls_out, wait_healthy
 
 import lockstep
+from lockstep.service.server import SHUTDOWN_GRACE_S
+from lockstep.topology.model import JobSpec
 
 pytest.importorskip("uvicorn")
+TOKEN = "cli-admin-token-0001"
 
 
 def test_serve_from_the_command_line(tmp_path: Path) -> None:
@@ -64,3 +68,33 @@ def test_serve_from_the_command_line(tmp_path: Path) -> None:
     assert process.returncode == 0, stderr
     assert f"Lockstep coordinator on http://127.0.0.1:{port}" in stderr
     assert "cli-admin-token-0001" not in stderr  # the token is never logged
+
+
+def test_stopping_answers_the_long_polls_at_once(tmp_path: Path) -> None:
+    executable = shutil.which("lockstep", path=str(Path(sys.executable).parent))
+    assert executable is not None
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"admin {TOKEN}\n")
+    tokens.chmod(0o600)
+    port = free_port()
+    store = f"sqlite:///{tmp_path / 'svc.db'}"
+    process = subprocess.Popen(
+        [executable, "serve", "--store", store, "--port", str(port), "--token-file", str(tokens)],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, process, timeout_s=15)
+    admin = lockstep.connect(url, token=TOKEN).store
+    polls = {}
+    for i in range(3):
+        admin.register_job(JobSpec(f"root_{i}", sinks=(f"t_{i}",)))
+        polls[f"root_{i}"] = admin.attach(f"root_{i}").token
+    started = time.monotonic()
+    answers, stderr = stop_with_polls_out(url, process, TOKEN, polls)
+    # answered null when the signal came, not cut after the 5 s grace (a 500 each)
+    assert [(a.status_code, a.json()) for a in answers] == [(200, None)] * 3
+    assert time.monotonic() - started < SHUTDOWN_GRACE_S
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr, stderr

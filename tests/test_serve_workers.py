@@ -14,7 +14,7 @@ import httpx
 import pytest
 from ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
-from service_fixtures import wait_healthy
+from service_fixtures import stop_with_polls_out, wait_healthy
 
 from lockstep.barrier.model import Barrier
 from lockstep.errors import ConfigurationError
@@ -82,10 +82,18 @@ def test_two_workers_serve_one_port_and_wake_each_others_polls(
         # two processes answer on the port: the leader says 1, the other 0
         leads = {_replica_leader(url) for _ in range(60)}
         assert leads == {0.0, 1.0}, leads
+        # stopping answers a waiting poll at once, whichever worker holds it (its source
+        # is never written: no barrier can answer it)
+        admin.register_job(JobSpec("downstream", sources=("t_0",), sinks=("d_0",)))
+        waiting = {"downstream": admin.attach("downstream").token}
         admin.close()
+        answers, stderr = stop_with_polls_out(url, process, TOKEN, waiting, workers=2)
+        assert [(a.status_code, a.json()) for a in answers] == [(200, None)]
+        assert "Traceback" not in stderr, stderr
     finally:
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=60)
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            stderr = process.communicate(timeout=60)[1]
     assert TOKEN not in stderr
 
 

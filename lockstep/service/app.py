@@ -47,7 +47,7 @@ from lockstep.service.guard import DEFAULT_MAX_BODY_BYTES, Guard
 from lockstep.service.iceberg.config import IcebergSettings
 from lockstep.service.iceberg.mount import mount_iceberg
 from lockstep.service.job_routes import add_job_protocol
-from lockstep.service.metrics import add_metrics
+from lockstep.service.metrics import add_metrics, watch_long_polls
 from lockstep.service.requests import (
     BarrierPath,
     JobIn,
@@ -128,7 +128,7 @@ def create_app(
     _add_catalog(app, catalog, serves_iceberg=iceberg is not None)
     _add_topology(app, store)
     _add_barriers(app, store)
-    add_job_protocol(app, store)
+    watch_long_polls(app, add_job_protocol(app, store))
     _add_reads(app, store, max_leases_per_caller=max_leases_per_caller)
     _add_operations(app, store)
     _add_leadership(app, store)

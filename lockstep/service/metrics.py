@@ -10,7 +10,7 @@ in one process, as in the tests, keep their numbers apart):
   kind (``report``: a job's PROCESSED/WRITTEN/aborted reports; ``resolve``: resolutions and
   lease acquisitions; ``sql``: meta SQL and exports; ``next_barrier``: a job asking for its
   next barrier, a long poll when it waits; ``other``: everything else) a counter by status
-  code and a latency histogram.
+  code and a latency histogram; and the long polls waiting on this replica now.
 
 The middleware also picks up the ``Lockstep-Lineage-Failures`` header a job's heartbeat
 carries (``lockstep.remote``): how many OpenLineage events that job's process failed to
@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Request, Response
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 from sqlalchemy.orm import Session
 
@@ -41,6 +41,7 @@ from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.service.auth import Role, role_of
 from lockstep.service.deps import bearer, unknown_token
 from lockstep.service.metrics_pipeline import PipelineCollector, ReplicaFacts
+from lockstep.service.wakeup import BarrierWaits
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -155,6 +156,7 @@ def add_metrics(app: FastAPI, store: MetadataStore, *, token: str | None = None)
         log.warning("metrics: %s has no gauges; /metrics serves request metrics only", store)
     app.add_middleware(CountRequests, metrics=metrics, replica=replica)
     app.state.metrics_replica = replica
+    app.state.metrics_registry = registry
 
     async def may_scrape(
         request: Request, authorization: Annotated[str | None, Header()] = None
@@ -183,6 +185,16 @@ def watch_leadership(app: FastAPI, issuer_holder: str) -> None:
     ``lockstep_replica_leader`` says whether this replica leads."""
     replica: ReplicaFacts = app.state.metrics_replica
     replica.issuer_holder = issuer_holder
+
+
+def watch_long_polls(app: FastAPI, waits: BarrierWaits) -> None:
+    """``lockstep_long_polls``: the jobs' long polls waiting on this replica now."""
+    gauge = Gauge(
+        "lockstep_long_polls",
+        "Long polls of jobs waiting for their next barrier on this replica now",
+        registry=app.state.metrics_registry,
+    )
+    gauge.set_function(lambda: waits.waiting)
 
 
 def _gauge_reader(store: SqlMetadataStore) -> Callable[[], PipelineGauges]:

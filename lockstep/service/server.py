@@ -17,6 +17,7 @@ SQLite, whose writers in one process cannot wake waiters in another, runs one pr
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ipaddress
 import json
 import logging
@@ -24,7 +25,9 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from lockstep.barrier.coordinator import BackgroundIssuer, BarrierIssuer, Interval
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from lockstep.meta_tables.store.base import MetadataStore
+    from lockstep.service.wakeup import BarrierWaits
 
 log = logging.getLogger("lockstep.service")
 SHUTDOWN_GRACE_S = 5  # seconds a stopping replica lets running requests finish
@@ -155,7 +159,33 @@ def _build(
     ticker = BackgroundIssuer(BarrierIssuer(store, Interval(interval))) if interval else None
     if ticker is not None:
         watch_leadership(app, ticker.issuer.holder)  # lockstep_replica_leader
+    app.router.on_startup.append(_end_polls_on_exit(app.state.barrier_waits))
     return app, store, ticker
+
+
+def _end_polls_on_exit(waits: BarrierWaits) -> Callable[[], None]:
+    """A startup hook: when uvicorn's exit signal arrives, the long polls are answered at
+    once (null, or a barrier found in one last look), so a stopping replica's graceful
+    shutdown does not wait for them and then cut them (an error to each waiting job). The
+    jobs poll again, on another replica or on this one restarted."""
+
+    def install() -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals are the main thread's (an app run by some other server)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous = signal.getsignal(sig)
+
+            def handler(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
+                # not here: the handler may have interrupted the loop's thread holding the
+                # waits' lock; on the loop, as soon as this returns
+                loop.call_soon_threadsafe(waits.close)
+                if callable(previous):  # uvicorn's: begins the graceful shutdown
+                    previous(signum, frame)
+
+            signal.signal(sig, handler)
+
+    return install
 
 
 def _dump(settings: ServiceSettings) -> dict[str, Any]:

@@ -94,7 +94,7 @@ class BarrierWaits:
             quiet = self._quiet.pop(job_id, None)
             mark = self._announced[job_id], self._announced_all, 0.0
         self._instances[(job_id, token)] += 1  # on the event loop, as the task below
-        if wait_s > 0 and (self._seen_task is None or self._seen_task.done()):
+        if wait_s > 0 and not self._closed and (self._seen_task is None or self._seen_task.done()):
             self._seen_task = loop.create_task(self._record_seen())  # (again, on a new loop)
         try:
             deadline = loop.time() + wait_s
