@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Executable, and_, bindparam, func, or_, select
+from sqlalchemy import Connection, Executable, Row, and_, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import TableVersion, VersionState
@@ -176,12 +177,23 @@ def resolve_snapshot_set(
     """Resolve one snapshot per table (DESIGN §3) inside ``session``'s transaction: one
     statement, unless a table's history has a gap at the candidate barrier. A version
     older than its table's expiration horizon is refused (:class:`SnapshotExpiredError`)."""
-    found = _resolve(session, tables, level)
-    for table, version in found.snapshot_set.versions.items():
-        keep_from = found.horizons.get(table)
-        if keep_from is not None and version.barrier_id < keep_from:
-            raise SnapshotExpiredError(table, version.barrier_id, keep_from, "this read")
-    return found.snapshot_set
+    tables = _named(tables)
+    rows = _look(session.connection(), tables, level)
+    found = _from_lookup(tables, level, rows)
+    if found is None:  # a gap at the candidate: search its neighbourhood
+        found = _search_gap(session, tables, level, rows)
+    return _readable(found)
+
+
+def resolve_in_one_statement(
+    conn: Connection, tables: Sequence[str], level: ConsistencyLevel
+) -> SnapshotSet | None:
+    """:func:`resolve_snapshot_set`'s usual case, one statement on ``conn`` (which needs no
+    transaction: a statement reads one snapshot of the store); None when a table's history
+    has a gap at the candidate barrier (resolve in a transaction then)."""
+    tables = _named(tables)
+    found = _from_lookup(tables, level, _look(conn, tables, level))
+    return None if found is None else _readable(found)
 
 
 @dataclass(frozen=True)
@@ -190,11 +202,30 @@ class _Resolved:
     horizons: dict[str, int]  # the tables' expiration horizons (those that have one)
 
 
-def _resolve(session: Session, tables: Sequence[str], level: ConsistencyLevel) -> _Resolved:
-    tables = list(dict.fromkeys(tables))
-    if not tables:
+def _named(tables: Sequence[str]) -> list[str]:
+    named = list(dict.fromkeys(tables))
+    if not named:
         raise UnknownTableError([], hint="name at least one table to read")
-    rows = session.connection().execute(_LOOKUPS[level], {"tables": tables}).all()
+    return named
+
+
+def _look(conn: Connection, tables: list[str], level: ConsistencyLevel) -> Sequence[Row[Any]]:
+    return conn.execute(_LOOKUPS[level], {"tables": tables}).all()
+
+
+def _readable(found: _Resolved) -> SnapshotSet:
+    for table, version in found.snapshot_set.versions.items():
+        keep_from = found.horizons.get(table)
+        if keep_from is not None and version.barrier_id < keep_from:
+            raise SnapshotExpiredError(table, version.barrier_id, keep_from, "this read")
+    return found.snapshot_set
+
+
+def _from_lookup(
+    tables: list[str], level: ConsistencyLevel, rows: Sequence[Row[Any]]
+) -> _Resolved | None:
+    """The snapshot set from the lookup's rows; None if a table has no version at the
+    candidate barrier (a gap)."""
     newest: dict[str, int | None] = {r.table_name: r.newest for r in rows}
     missing = [t for t in tables if t not in newest]
     if missing:
@@ -210,26 +241,35 @@ def _resolve(session: Session, tables: Sequence[str], level: ConsistencyLevel) -
         for r in rows
         if r.barrier_id is not None
     }
-    if not level.semantics.common_barrier:
-        return _Resolved(SnapshotSet(level, None, {t: versions[t] for t in tables}), horizons)
-    candidate = min(b for b in newest.values() if b is not None)
     if len(versions) < len(tables):
-        written_only = level.semantics.written_only
-        common = newest_common_barrier(
-            session, tables, written_only=written_only, at_most=candidate
-        )
-        if common is None:
-            lagging = [t for t in tables if newest[t] == candidate or t not in versions]
-            detail = ", ".join(f"{t} at {newest[t]}" for t in tables)
-            raise NoConsistentBarrierError(level.value, tables, lagging, f"newest: {detail}")
-        candidate = common
-        versions = {
-            t: to_version(row)
-            for t, row in _versions_at(
-                session, tables, candidate, written_only=written_only
-            ).items()
-        }
+        return None
+    candidate = None
+    if level.semantics.common_barrier:
+        candidate = min(b for b in newest.values() if b is not None)
     return _Resolved(SnapshotSet(level, candidate, {t: versions[t] for t in tables}), horizons)
+
+
+def _search_gap(
+    session: Session, tables: list[str], level: ConsistencyLevel, rows: Sequence[Row[Any]]
+) -> _Resolved:
+    """The newest barrier below the candidate that every table has, when a table's history
+    has a gap at the candidate (a job registered late, or re-registered); ``rows``: the
+    lookup's."""
+    newest: dict[str, int | None] = {r.table_name: r.newest for r in rows}
+    horizons = {r.table_name: r.keep_from for r in rows if r.keep_from is not None}
+    have = {r.table_name for r in rows if r.barrier_id is not None}
+    candidate = min(b for b in newest.values() if b is not None)
+    written_only = level.semantics.written_only
+    common = newest_common_barrier(session, tables, written_only=written_only, at_most=candidate)
+    if common is None:
+        lagging = [t for t in tables if newest[t] == candidate or t not in have]
+        detail = ", ".join(f"{t} at {newest[t]}" for t in tables)
+        raise NoConsistentBarrierError(level.value, tables, lagging, f"newest: {detail}")
+    versions = {
+        t: to_version(row)
+        for t, row in _versions_at(session, tables, common, written_only=written_only).items()
+    }
+    return _Resolved(SnapshotSet(level, common, {t: versions[t] for t in tables}), horizons)
 
 
 def resolve_by_search(

@@ -6,7 +6,7 @@ SQLite and PostgreSQL, cheap to index, and trivial to turn into timestamps in th
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import (
@@ -32,8 +32,7 @@ def to_micros(value: datetime) -> int:
 
 
 def from_micros(value: int) -> datetime:
-    seconds, micros = divmod(value, 1_000_000)
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(microsecond=micros)
+    return EPOCH + timedelta(microseconds=value)  # exact, and faster than fromtimestamp
 
 
 class UtcMicros(TypeDecorator[datetime]):

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Connection, Engine, delete, select
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
@@ -45,7 +45,12 @@ from lockstep.meta_tables.store.sql import (
     topology,
     wakeups,
 )
-from lockstep.meta_tables.store.sql.engine import WRITE_OPTION, create_store_engine
+from lockstep.meta_tables.store.sql.engine import (
+    ONE_STATEMENT_OPTION,
+    WRITE_OPTION,
+    create_store_engine,
+    is_sqlite,
+)
 from lockstep.meta_tables.store.sql.migrations import migrate
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
@@ -129,6 +134,23 @@ class SqlMetadataStore(MetadataStore):
                 if attempt == MAX_ATTEMPTS or not _retryable(e):
                     raise StoreError(f"metadata store write failed: {e.orig}") from e
         raise AssertionError("unreachable")
+
+    def _read_one(self, work: Callable[[Connection], T]) -> T:
+        """A read of one statement, outside a transaction of its own: a statement reads one
+        snapshot (SQLite runs it in autocommit mode, PostgreSQL in autocommit too), which
+        saves the BEGIN and COMMIT round trips and the session around them."""
+        options: dict[str, Any] = {ONE_STATEMENT_OPTION: True}
+        if not is_sqlite(self._engine):
+            options["isolation_level"] = "AUTOCOMMIT"
+        try:
+            with self._engine.connect().execution_options(**options) as conn:
+                return work(conn)
+        except LockstepError:
+            raise
+        except (OverflowError, DataError) as e:
+            raise _out_of_range(e) from e
+        except DBAPIError as e:
+            raise StoreError(f"metadata store read failed: {e.orig}") from e
 
     def _read(self, work: Callable[[Session], T]) -> T:
         try:
@@ -313,7 +335,11 @@ class SqlMetadataStore(MetadataStore):
     ) -> SnapshotSet:
         level = ConsistencyLevel.parse(level)
 
-        # the expiration horizons are checked in the same statement
+        # one statement (the expiration horizons are checked in it), unless a table's
+        # history has a gap at the candidate barrier: then a search, in a transaction
+        found = self._read_one(lambda conn: resolve.resolve_in_one_statement(conn, tables, level))
+        if found is not None:
+            return found
         return self._read(lambda s: resolve.resolve_snapshot_set(s, tables, level))
 
     def acquire_lease(
