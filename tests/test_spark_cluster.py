@@ -164,18 +164,23 @@ def rows_at(ls: Lockstep, table: str, barrier_id: int) -> list[dict[str, Any]]:
 
 
 def check_ran_on_its_executor(cluster: SparkCluster, app_id: str) -> Path:
-    """The application got the worker's core and one executor, which ran tasks; returns the
-    executor's directory in the worker's work dir."""
+    """The application got the worker's core and one executor that ran its tasks; returns
+    that executor's directory in the worker's work dir.
+
+    On a loaded machine the master may replace an executor that exited before it ran
+    anything (CI saw executors 0 and 1 for one application): that is the cluster's
+    business, so a replaced executor is allowed as long as it ran no task."""
     apps = {app["id"]: app for app in cluster.status()["completedapps"]}
     assert app_id in apps, f"{app_id} is not a completed application of the master"
     assert apps[app_id]["state"] == "FINISHED"
     assert apps[app_id]["cores"] == 1, f"{app_id} was granted no core: {apps[app_id]}"
     executors = cluster.executor_dirs().get(app_id, [])
-    assert len(executors) == 1, f"{app_id}: executors {executors}"
-    log = (executors[0] / "stderr").read_text(errors="replace")
-    finished = log.count("Executor: Finished task")
-    assert finished > 0, f"{app_id}: its executor ran no task:\n{log[-2000:]}"
-    return executors[0]
+    assert executors, f"{app_id}: no executor in the worker's work dir"
+    logs = {e: (e / "stderr").read_text(errors="replace") for e in executors}
+    worked = [e for e, log in logs.items() if "Executor: Finished task" in log]
+    tails = "\n".join(f"{e.name}: {log[-1000:]}" for e, log in logs.items())
+    assert len(worked) == 1, f"{app_id}: executors that ran tasks {worked}:\n{tails}"
+    return worked[0]
 
 
 # -- the deep example, six applications ------------------------------------------------------------
