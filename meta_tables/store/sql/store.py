@@ -10,7 +10,8 @@ replica, a serialization failure, a busy SQLite file) are retried.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -69,6 +70,19 @@ T = TypeVar("T")
 Clock = Callable[[], datetime]
 MAX_ATTEMPTS = 5
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock
+
+
+@contextlib.contextmanager
+def _read_errors() -> Iterator[None]:
+    """A read's driver errors as LockstepErrors (those pass through as they are)."""
+    try:
+        yield
+    except LockstepError:
+        raise
+    except (OverflowError, DataError) as e:
+        raise _out_of_range(e) from e
+    except DBAPIError as e:
+        raise StoreError(f"metadata store read failed: {e.orig}") from e
 
 
 def _out_of_range(error: Exception) -> InvalidRequestError:
@@ -142,27 +156,13 @@ class SqlMetadataStore(MetadataStore):
         options: dict[str, Any] = {ONE_STATEMENT_OPTION: True}
         if not is_sqlite(self._engine):
             options["isolation_level"] = "AUTOCOMMIT"
-        try:
-            with self._engine.connect().execution_options(**options) as conn:
-                return work(conn)
-        except LockstepError:
-            raise
-        except (OverflowError, DataError) as e:
-            raise _out_of_range(e) from e
-        except DBAPIError as e:
-            raise StoreError(f"metadata store read failed: {e.orig}") from e
+        with _read_errors(), self._engine.connect().execution_options(**options) as conn:
+            return work(conn)
 
     def _read(self, work: Callable[[Session], T]) -> T:
-        try:
-            with Session(bind=self._engine, expire_on_commit=False) as session:
-                with session.begin():
-                    return work(session)
-        except LockstepError:
-            raise
-        except (OverflowError, DataError) as e:
-            raise _out_of_range(e) from e
-        except DBAPIError as e:
-            raise StoreError(f"metadata store read failed: {e.orig}") from e
+        with _read_errors(), Session(bind=self._engine, expire_on_commit=False) as session:
+            with session.begin():
+                return work(session)
 
     # -- topology --------------------------------------------------------------------------
 
