@@ -3,8 +3,10 @@ readiness probe for one started as a process."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +24,28 @@ from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
 ADMIN_TOKEN = "s3cret-admin-token-01"
 READ_TOKEN = "s3cret-read-token-001"
+
+
+def serve_process(
+    folder: Path, store_url: str, token: str, *flags: str
+) -> tuple[subprocess.Popen[str], str]:
+    """``lockstep serve`` on ``store_url`` as a process of its own (a free port, an admin
+    ``token`` in a token file in ``folder``, ``flags`` added); the process and its URL.
+    Not yet healthy: :func:`wait_healthy`."""
+    executable = shutil.which("lockstep", path=str(Path(sys.executable).parent))
+    assert executable is not None
+    tokens = folder / "tokens"
+    tokens.write_text(f"admin {token}\n")
+    tokens.chmod(0o600)
+    port = free_port()
+    command = [executable, "serve", "--store", store_url, "--port", str(port)]
+    process = subprocess.Popen(
+        [*command, "--token-file", str(tokens), *flags],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=folder,
+    )
+    return process, f"http://127.0.0.1:{port}"
 
 
 def wait_healthy(url: str, process: subprocess.Popen[Any], *, timeout_s: float) -> None:

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
-from ports import free_port
-from service_fixtures import stop_with_polls_out, wait_healthy
+from service_fixtures import serve_process, stop_with_polls_out, wait_healthy
 
 import lockstep
 from lockstep.service.server import SHUTDOWN_GRACE_S
@@ -23,39 +18,11 @@ TOKEN = "cli-admin-token-0001"
 
 
 def test_serve_from_the_command_line(tmp_path: Path) -> None:
-    executable = shutil.which("lockstep", path=str(Path(sys.executable).parent))
-    assert executable is not None
-    tokens = tmp_path / "tokens"
-    tokens.write_text("admin cli-admin-token-0001\n")
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            executable,
-            "serve",
-            "--store",
-            f"sqlite:///{tmp_path / 'svc.db'}",
-            "--port",
-            str(port),
-            "--token-file",
-            str(tokens),
-            "--barrier-interval",
-            "0.2",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-    )
-    url = f"http://127.0.0.1:{port}"
+    store = f"sqlite:///{tmp_path / 'svc.db'}"
+    process, url = serve_process(tmp_path, store, TOKEN, "--barrier-interval", "0.2")
     try:
-        for _ in range(200):  # a readiness probe, bounded to 10 s
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
-        else:
-            raise AssertionError("lockstep serve never became healthy")
-        ls = lockstep.connect(url, token="cli-admin-token-0001")
+        wait_healthy(url, process, timeout_s=10)
+        ls = lockstep.connect(url, token=TOKEN)
         first = ls.barriers(limit=1)
         deadline = time.monotonic() + 10
         while not ls.barriers(limit=1) or ls.barriers(limit=1) == first:
@@ -66,25 +33,12 @@ def test_serve_from_the_command_line(tmp_path: Path) -> None:
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
-    assert f"Lockstep coordinator on http://127.0.0.1:{port}" in stderr
-    assert "cli-admin-token-0001" not in stderr  # the token is never logged
+    assert f"Lockstep coordinator on {url}" in stderr
+    assert TOKEN not in stderr  # the token is never logged
 
 
 def test_stopping_answers_the_long_polls_at_once(tmp_path: Path) -> None:
-    executable = shutil.which("lockstep", path=str(Path(sys.executable).parent))
-    assert executable is not None
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"admin {TOKEN}\n")
-    tokens.chmod(0o600)
-    port = free_port()
-    store = f"sqlite:///{tmp_path / 'svc.db'}"
-    process = subprocess.Popen(
-        [executable, "serve", "--store", store, "--port", str(port), "--token-file", str(tokens)],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-    )
-    url = f"http://127.0.0.1:{port}"
+    process, url = serve_process(tmp_path, f"sqlite:///{tmp_path / 'svc.db'}", TOKEN)
     wait_healthy(url, process, timeout_s=15)
     admin = lockstep.connect(url, token=TOKEN).store
     polls = {}

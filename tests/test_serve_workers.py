@@ -3,18 +3,14 @@ replica; a long poll answered by one is woken by a write another made. SQLite is
 
 from __future__ import annotations
 
-import shutil
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import httpx
 import pytest
-from ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
-from service_fixtures import stop_with_polls_out, wait_healthy
+from service_fixtures import serve_process, stop_with_polls_out, wait_healthy
 
 from lockstep.barrier.model import Barrier
 from lockstep.errors import ConfigurationError
@@ -40,20 +36,8 @@ def test_workers_on_sqlite_are_refused_before_anything_starts(tmp_path: Path) ->
 def test_two_workers_serve_one_port_and_wake_each_others_polls(
     postgres_url: str, tmp_path: Path
 ) -> None:
-    executable = shutil.which("lockstep", path=str(Path(sys.executable).parent))
-    assert executable is not None
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"admin {TOKEN}\n")
-    tokens.chmod(0o600)
-    port = free_port()
-    command = [executable, "serve", "--store", postgres_url, "--port", str(port)]
-    process = subprocess.Popen(
-        [*command, "--token-file", str(tokens), "--workers", "2", "--barrier-interval", "0.3"],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-    )
-    url = f"http://127.0.0.1:{port}"
+    flags = ("--workers", "2", "--barrier-interval", "0.3")
+    process, url = serve_process(tmp_path, postgres_url, TOKEN, *flags)
     try:
         wait_healthy(url, process, timeout_s=60)
         admin = RemoteMetadataStore(url, token=TOKEN)
