@@ -14,7 +14,7 @@ from typing import ClassVar
 import httpx
 import pytest
 from conftest import FakeClock
-from pipelines import register, snapshot_id
+from pipelines import register, run_barrier, snapshot_id
 from service_fixtures import running
 
 from lockstep.barrier.model import Barrier
@@ -166,9 +166,7 @@ def test_a_poll_after_a_quiet_one_does_not_look_until_something_is_announced(
     assert CountingStore.looks == 2
     root = store.attach("load_shopping").token
     store.issue_barrier()
-    assert store.next_barrier("load_shopping", root) is not None
-    store.report_processed("load_shopping", root, 1, {"shopping": 1})
-    store.report_written("load_shopping", root, 1)  # announces sum_amount
+    assert run_barrier(store, "load_shopping", root) == 1  # WRITTEN: announces sum_amount
     CountingStore.looks = 0
     assert _poll(url, "sum_amount", token, 0.2).json()["barrier_id"] == 1
     assert CountingStore.looks == 1
@@ -238,9 +236,7 @@ class WriteDuringLook(SqlMetadataStore):
             type(self).armed = False
             root = self.attach("load_shopping").token
             self.issue_barrier()
-            assert self.next_barrier("load_shopping", root) is not None
-            self.report_processed("load_shopping", root, 1, {"shopping": 1})
-            self.report_written("load_shopping", root, 1)  # announces sum_amount
+            assert run_barrier(self, "load_shopping", root) == 1  # announces sum_amount
             time.sleep(0.1)  # a slow look: the poll's wait ends during it
         return found
 
@@ -276,8 +272,7 @@ def test_a_poll_after_written_and_next_found_nothing_does_not_look_again(
     register(store)
     token = store.attach("load_shopping").token
     store.issue_barrier()
-    assert store.next_barrier("load_shopping", token) is not None
-    store.report_processed("load_shopping", token, 1, {"shopping": 1})
+    assert run_barrier(store, "load_shopping", token, write=False) == 1  # PROCESSED
     answer = httpx.post(
         f"{url}/v1/jobs/load_shopping/written-and-next", json={"token": token, "barrier_id": 1}
     )
