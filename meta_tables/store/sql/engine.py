@@ -31,7 +31,6 @@ from sqlalchemy.pool import StaticPool
 from lockstep.errors import ConfigurationError
 
 WRITE_OPTION = "lockstep_write"
-ONE_STATEMENT_OPTION = "lockstep_one_statement"  # a read of one statement (store._read_one)
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 SQLITE_SYNCHRONOUS = ("full", "extra", "normal")  # the first is the default
 PG_POOL_SIZE = 24  # the service's protocol threads and meta-SQL pool, with room to spare
@@ -101,10 +100,8 @@ def _sqlite_engine(url: URL, *, in_memory: bool, synchronous: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
-        options = connection.get_execution_options()
-        if options.get(ONE_STATEMENT_OPTION, False):
-            return  # one statement reads one snapshot: no transaction to open
-        connection.exec_driver_sql("BEGIN IMMEDIATE" if options.get(WRITE_OPTION) else "BEGIN")
+        write = connection.get_execution_options().get(WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
 

@@ -13,19 +13,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple, Unpack
 
-from sqlalchemy import Connection, Executable, Row, and_, bindparam, func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Select,
+    and_,
+    bindparam,
+    func,
+    or_,
+    select,
+)
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import TableVersion, VersionState
 from lockstep.errors import NoConsistentBarrierError, SnapshotExpiredError, UnknownTableError
+from lockstep.meta_tables.store.sql import driver
 from lockstep.meta_tables.store.sql.rows import to_version, versions_at
 from lockstep.meta_tables.store.sql.schema import (
     RetentionRow,
     TableHeadRow,
     TableRow,
     TableVersionRow,
+    from_micros,
 )
 from lockstep.readers.model import ConsistencyLevel, SnapshotSet
 
@@ -140,11 +153,15 @@ def _no_version(level: ConsistencyLevel, tables: list[str], empty: list[str]) ->
 _VERSION = (TV.barrier_id, TV.snapshot_id, TV.state, TV.processed_at, TV.written_at)
 
 
-def _lookup(level: ConsistencyLevel) -> Executable:
+def _lookup(
+    level: ConsistencyLevel, named: ColumnElement[bool] | None = None
+) -> Select[Unpack[tuple[Any, ...]]]:
     """Per table: known (a row at all), its newest barrier for the level, and its version
-    at the candidate (the newest for read_uncommitted; else the oldest newest of all)."""
+    at the candidate (the newest for read_uncommitted; else the oldest newest of all).
+    ``named``: the condition naming the tables (default: an expanding ``IN :tables``)."""
     newest = H.newest_written if level.semantics.written_only else H.newest_barrier
-    named = TableRow.table_name.in_(bindparam("tables", expanding=True))
+    if named is None:
+        named = TableRow.table_name.in_(bindparam("tables", expanding=True))
     if level.semantics.common_barrier:
         candidate = (
             select(func.min(newest))
@@ -169,6 +186,44 @@ def _lookup(level: ConsistencyLevel) -> Executable:
 
 
 _LOOKUPS = {level: _lookup(level) for level in ConsistencyLevel}
+_DRIVER_LOOKUPS: dict[tuple[str, ConsistencyLevel], driver.Statement] = {}
+
+
+class Looked(NamedTuple):
+    """A row of the lookup (:func:`_lookup`)."""
+
+    table_name: str
+    keep_from: int | None
+    newest: int | None
+    barrier_id: int | None
+    snapshot_id: int | None
+    state: str | None
+    processed_at: datetime | None
+    written_at: datetime | None
+
+    @classmethod
+    def from_driver(cls, row: tuple[Any, ...]) -> Looked:
+        name, keep_from, newest, barrier_id, snapshot_id, state, processed, written = row
+        return cls(
+            name,
+            keep_from,
+            newest,
+            barrier_id,
+            snapshot_id,
+            state,
+            None if processed is None else from_micros(processed),
+            None if written is None else from_micros(written),
+        )
+
+
+def _driver_lookup(engine: Engine, level: ConsistencyLevel) -> driver.Statement:
+    key = (engine.dialect.name, level)
+    found = _DRIVER_LOOKUPS.get(key)
+    if found is None:
+        named = driver.in_list(TableRow.table_name, "tables", engine.dialect)
+        found = driver.Statement.compile(_lookup(level, named), engine.dialect, ["tables"])
+        _DRIVER_LOOKUPS[key] = found
+    return found
 
 
 def resolve_snapshot_set(
@@ -186,13 +241,15 @@ def resolve_snapshot_set(
 
 
 def resolve_in_one_statement(
-    conn: Connection, tables: Sequence[str], level: ConsistencyLevel
+    engine: Engine, tables: Sequence[str], level: ConsistencyLevel
 ) -> SnapshotSet | None:
-    """:func:`resolve_snapshot_set`'s usual case, one statement on ``conn`` (which needs no
-    transaction: a statement reads one snapshot of the store); None when a table's history
-    has a gap at the candidate barrier (resolve in a transaction then)."""
+    """:func:`resolve_snapshot_set`'s usual case, one statement on the driver's connection
+    (:mod:`.driver`: it needs no transaction, a statement reads one snapshot of the store);
+    None when a table's history has a gap at the candidate barrier (resolve in a
+    transaction then)."""
     tables = _named(tables)
-    found = _from_lookup(tables, level, _look(conn, tables, level))
+    rows = _driver_lookup(engine, level).run(engine, {"tables": tables})
+    found = _from_lookup(tables, level, [Looked.from_driver(row) for row in rows])
     return None if found is None else _readable(found)
 
 
@@ -209,8 +266,8 @@ def _named(tables: Sequence[str]) -> list[str]:
     return named
 
 
-def _look(conn: Connection, tables: list[str], level: ConsistencyLevel) -> Sequence[Row[Any]]:
-    return conn.execute(_LOOKUPS[level], {"tables": tables}).all()
+def _look(conn: Connection, tables: list[str], level: ConsistencyLevel) -> Sequence[Looked]:
+    return [Looked._make(row) for row in conn.execute(_LOOKUPS[level], {"tables": tables})]
 
 
 def _readable(found: _Resolved) -> SnapshotSet:
@@ -222,7 +279,7 @@ def _readable(found: _Resolved) -> SnapshotSet:
 
 
 def _from_lookup(
-    tables: list[str], level: ConsistencyLevel, rows: Sequence[Row[Any]]
+    tables: list[str], level: ConsistencyLevel, rows: Sequence[Looked]
 ) -> _Resolved | None:
     """The snapshot set from the lookup's rows; None if a table has no version at the
     candidate barrier (a gap)."""
@@ -250,7 +307,7 @@ def _from_lookup(
 
 
 def _search_gap(
-    session: Session, tables: list[str], level: ConsistencyLevel, rows: Sequence[Row[Any]]
+    session: Session, tables: list[str], level: ConsistencyLevel, rows: Sequence[Looked]
 ) -> _Resolved:
     """The newest barrier below the candidate that every table has, when a table's history
     has a gap at the candidate (a job registered late, or re-registered); ``rows``: the

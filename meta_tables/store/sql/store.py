@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
-from sqlalchemy import Connection, Engine, delete, select
+from sqlalchemy import Engine, delete, select
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
@@ -47,10 +47,8 @@ from lockstep.meta_tables.store.sql import (
     wakeups,
 )
 from lockstep.meta_tables.store.sql.engine import (
-    ONE_STATEMENT_OPTION,
     WRITE_OPTION,
     create_store_engine,
-    is_sqlite,
 )
 from lockstep.meta_tables.store.sql.migrations import migrate
 from lockstep.meta_tables.store.sql.schema import (
@@ -148,16 +146,6 @@ class SqlMetadataStore(MetadataStore):
                 if attempt == MAX_ATTEMPTS or not _retryable(e):
                     raise StoreError(f"metadata store write failed: {e.orig}") from e
         raise AssertionError("unreachable")
-
-    def _read_one(self, work: Callable[[Connection], T]) -> T:
-        """A read of one statement, outside a transaction of its own: a statement reads one
-        snapshot (SQLite runs it in autocommit mode, PostgreSQL in autocommit too), which
-        saves the BEGIN and COMMIT round trips and the session around them."""
-        options: dict[str, Any] = {ONE_STATEMENT_OPTION: True}
-        if not is_sqlite(self._engine):
-            options["isolation_level"] = "AUTOCOMMIT"
-        with _read_errors(), self._engine.connect().execution_options(**options) as conn:
-            return work(conn)
 
     def _read(self, work: Callable[[Session], T]) -> T:
         with _read_errors(), Session(bind=self._engine, expire_on_commit=False) as session:
@@ -337,7 +325,7 @@ class SqlMetadataStore(MetadataStore):
 
         # one statement (the expiration horizons are checked in it), unless a table's
         # history has a gap at the candidate barrier: then a search, in a transaction
-        found = self._read_one(lambda conn: resolve.resolve_in_one_statement(conn, tables, level))
+        found = resolve.resolve_in_one_statement(self._engine, tables, level)
         if found is not None:
             return found
         return self._read(lambda s: resolve.resolve_snapshot_set(s, tables, level))

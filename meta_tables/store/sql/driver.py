@@ -1,0 +1,111 @@
+"""One read statement on the driver's own connection: the hottest read (resolve).
+
+A read of one statement needs no transaction of its own, since a statement reads one
+snapshot of the store. SQLite's connections are in autocommit mode (``engine._configure``
+takes transaction control from pysqlite), and a PostgreSQL connection is switched to
+autocommit for the statement. Running it on the DB-API cursor skips SQLAlchemy's
+connection, execution context and result processing, which cost several times the
+statement itself on SQLite (docs/benchmarks.md, "Platform").
+
+The statement is still built with SQLAlchemy, and compiled once per dialect. Its list
+parameter (:func:`in_list`) is one value: a JSON array on SQLite (``json_each``), an array on
+PostgreSQL (``= ANY``). So the compiled text stays the same whatever the list's length.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Unpack
+
+from sqlalchemy import ColumnElement, Engine, String, any_, bindparam, func, literal_column, select
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.sql import Select
+
+from lockstep.errors import StoreError
+
+
+def in_list(
+    column: ColumnElement[str] | InstrumentedAttribute[str], name: str, dialect: Dialect
+) -> ColumnElement[bool]:
+    """``column IN (...)`` the list given as the one parameter ``name`` (:meth:`Statement.run`
+    takes it as a Python list)."""
+    if dialect.name == "sqlite":
+        each: Select[Any] = select(literal_column("value")).select_from(
+            func.json_each(bindparam(name))
+        )
+        return column.in_(each)
+    return column == any_(bindparam(name, type_=ARRAY(String)))
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A statement compiled for one dialect, ready for the driver's ``cursor.execute``."""
+
+    sql: str
+    defaults: Mapping[str, Any]  # the statement's own constants (bound literals)
+    order: tuple[str, ...] | None  # a positional driver's parameter order
+    lists: frozenset[str]  # the parameters that take a list (:func:`in_list`)
+    json_lists: bool  # SQLite: a list is passed as JSON text
+
+    @classmethod
+    def compile(
+        cls, statement: Select[Unpack[tuple[Any, ...]]], dialect: Dialect, lists: Sequence[str]
+    ) -> Statement:
+        compiled = statement.compile(dialect=dialect)
+        positional = compiled.positiontup if dialect.positional else None
+        return cls(
+            sql=compiled.string,
+            defaults=compiled.construct_params(dict.fromkeys(lists)),
+            order=tuple(positional) if positional is not None else None,
+            lists=frozenset(lists),
+            json_lists=dialect.name == "sqlite",
+        )
+
+    def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
+        given = {**self.defaults, **values}  # the statement's constants, and the values
+        if self.json_lists:
+            given.update((name, json.dumps(list(given[name]))) for name in self.lists)
+        else:
+            given.update((name, list(given[name])) for name in self.lists)
+        if self.order is None:
+            return given
+        return [given[name] for name in self.order]
+
+    def run(self, engine: Engine, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """The statement's rows, read on a pooled connection in autocommit mode. A pooled
+        connection the server dropped is replaced and the read made again, once."""
+        parameters = self.parameters(values)
+        postgres = engine.dialect.name == "postgresql"
+        for attempt in (1, 2):
+            pooled = engine.raw_connection()
+            try:
+                return _execute(pooled, self.sql, parameters, postgres)
+            except engine.dialect.loaded_dbapi.Error as e:
+                if not engine.dialect.is_disconnect(e, pooled.dbapi_connection, None):
+                    raise StoreError(f"metadata store read failed: {e}") from e
+                pooled.invalidate(e)  # the pool opens a new connection for the next read
+                if attempt == 2:
+                    raise StoreError(f"metadata store read failed, twice: {e}") from e
+            finally:
+                pooled.close()
+        raise AssertionError("unreachable")
+
+
+def _execute(
+    pooled: PoolProxiedConnection, sql: str, parameters: Any, postgres: bool
+) -> list[tuple[Any, ...]]:
+    driver: Any = pooled.driver_connection  # sqlite3's or psycopg's connection
+    if postgres:
+        driver.autocommit = True  # no BEGIN, and no ROLLBACK when the pool takes it back
+    try:
+        cursor = pooled.cursor()
+        cursor.execute(sql, parameters)
+        return list(cursor.fetchall())
+    finally:
+        if postgres and not driver.closed:
+            driver.autocommit = False  # as SQLAlchemy's sessions expect it
