@@ -37,7 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lockstep.meta_tables.pushdown_plan import Evaluate, Op, Range, Value, plan
+from lockstep.meta_tables.pushdown_plan import Evaluate, plan
+from lockstep.meta_tables.pushdown_range import Extreme, Op, Range, Value
 from lockstep.meta_tables.views import Target, Via
 
 if TYPE_CHECKING:  # DuckDB loads when a query runs, not with the store (CLI start-up)
@@ -49,10 +50,12 @@ __all__ = ["Evaluate", "Pushdown", "Restriction", "Value", "plan_pushdown", "pus
 @dataclass(frozen=True)
 class Restriction:
     """Export only the rows of ``target.table`` whose ``target.column`` satisfies
-    ``op values`` (``values`` has one element except for ``in``)."""
+    ``op values`` (``values`` has one element except for ``in``); for ``max`` and ``min``
+    (no values), the rows at the column's max or min among those the table's other
+    restrictions let through."""
 
     target: Target
-    op: Op
+    op: Op | Extreme
     values: tuple[Value, ...]
 
 
@@ -102,4 +105,6 @@ def _restrictions(target: Target, wanted: Range) -> list[Restriction]:
     if target.via is Via.SAME and wanted.high is not None:
         bound, inclusive = wanted.high
         found.append(Restriction(target, "<=" if inclusive else "<", (bound,)))
+    if target.via is Via.SAME and wanted.extreme is not None:
+        found.append(Restriction(target, wanted.extreme, ()))
     return found

@@ -27,17 +27,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from lockstep.meta_tables.pushdown_extreme import extreme_of
+from lockstep.meta_tables.pushdown_range import Op, Range, Value
 from lockstep.meta_tables.views import VIEWS_BY_NAME, MetaView, Via, base_tables_for
 
 if TYPE_CHECKING:  # DuckDB loads when a query runs, not with the store (CLI start-up)
     import duckdb
 
-Op = Literal["=", "in", "<", "<=", ">", ">="]
-Value = int | str
 Node = Mapping[str, Any]
 Evaluate = Callable[[str], "list[Value] | None"]  # a subquery's values, None: cannot tell
 
@@ -52,59 +52,6 @@ _FLIPPED: dict[Op, Op] = {"=": "=", "in": "in", "<": ">", "<=": ">=", ">": "<", 
 _META_NAME = re.compile(r"__META_[A-Z_]+", re.IGNORECASE)
 _INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT"})
 MAX_SUBQUERY_VALUES = 10_000  # a longer IN (SELECT ...) list is not pushed
-
-
-@dataclass
-class Range:
-    """What one use needs of one key column: a set of values and/or bounds (None: any)."""
-
-    values: frozenset[Value] | None = None
-    low: tuple[int, bool] | None = None  # (bound, inclusive)
-    high: tuple[int, bool] | None = None
-
-    def add(self, op: Op, values: Sequence[Value]) -> None:
-        if op in ("=", "in"):
-            found = frozenset(values)
-            self.values = found if self.values is None else self.values & found
-        elif isinstance(values[0], int):  # text ranges are not pushed (collations differ)
-            bound = values[0]
-            if op in (">", ">="):
-                new = (bound, op == ">=")
-                self.low = new if self.low is None else max(self.low, new, key=_tightness_low)
-            else:
-                new = (bound, op == "<=")
-                self.high = new if self.high is None else min(self.high, new, key=_tightness_high)
-
-    @property
-    def restricts(self) -> bool:
-        return self.values is not None or self.low is not None or self.high is not None
-
-    def hull(self, other: Range) -> Range:
-        """What either of two uses needs."""
-        if self.values is not None and other.values is not None:
-            return Range(values=self.values | other.values)
-        a, b = self._as_bounds(), other._as_bounds()
-        low = None if a.low is None or b.low is None else min(a.low, b.low, key=_tightness_low)
-        high = (
-            None if a.high is None or b.high is None else max(a.high, b.high, key=_tightness_high)
-        )
-        return Range(low=low, high=high)
-
-    def _as_bounds(self) -> Range:
-        if self.values is None or not self.values:
-            return self
-        if not all(isinstance(v, int) for v in self.values):
-            return Range()
-        ints = [v for v in self.values if isinstance(v, int)]
-        return Range(low=(min(ints), True), high=(max(ints), True))
-
-
-def _tightness_low(bound: tuple[int, bool]) -> tuple[int, int]:
-    return (bound[0], 0 if bound[1] else 1)  # > 5 is tighter than >= 5
-
-
-def _tightness_high(bound: tuple[int, bool]) -> tuple[int, int]:
-    return (bound[0], 1 if bound[1] else 0)  # < 5 is tighter than <= 5
 
 
 @dataclass
@@ -169,6 +116,9 @@ def plan(
     needs: dict[tuple[str, str], list[tuple[Via, Range] | None]] = {}
     for node, uses in uses_by_node:
         ranges = _node_ranges(con, node, uses, evaluate, result.checks)
+        extreme = extreme_of(node, uses[0].view, uses[0].names) if len(uses) == 1 else None
+        if extreme is not None:  # a SELECT max(column) alone: the rows at the max
+            ranges.setdefault(0, {}).setdefault(extreme[0], Range()).extreme = extreme[1]
         for i, use in enumerate(uses):
             _add_needs(needs, use.view, ranges.get(i, {}))
     for (table, column), wanted in needs.items():

@@ -40,6 +40,10 @@ class MetaView:
     # every row the view can produce with such a filter comes from base rows matching the
     # pushed filter, so exporting only those rows changes no answer.
     keys: Mapping[str, tuple[Target, ...]] = field(default_factory=dict)
+    # Key columns whose max and min over the view are those of their base table under the
+    # same key filters (the view has a row for every base row, the column unchanged): a
+    # SELECT max(column) needs only the base rows at the max (meta_tables/pushdown_extreme).
+    extremes: frozenset[str] = frozenset()
 
 
 def _ts(column: str) -> str:
@@ -185,6 +189,7 @@ VIEWS: tuple[MetaView, ...] = (
             column: (Target("ls_table_version", column),)
             for column in ("table_name", "barrier_id", "job_id")
         },
+        extremes=frozenset({"barrier_id"}),  # a LEFT JOIN of one retention row per table
     ),
     MetaView(
         "__META_JOB_BARRIER",
@@ -197,6 +202,7 @@ VIEWS: tuple[MetaView, ...] = (
         FROM ls_job_barrier
         """,
         keys={column: (Target("ls_job_barrier", column),) for column in ("job_id", "barrier_id")},
+        extremes=frozenset({"barrier_id"}),
     ),
     MetaView(
         "__META_PENDING_COMMIT",

@@ -81,6 +81,17 @@ QUERIES = [
     "SELECT * FROM __META_JOB_BARRIER WHERE job_id = 'split' AND barrier_id = 6",
     "SELECT * FROM __META_DELAY WHERE table_name = 'joined' AND barrier_id IN "
     "(SELECT barrier_id FROM ls_table_version WHERE table_name = 'raw')",
+    # a max or min alone: only the rows at it (#17), also where a condition is not a key's
+    "SELECT max(barrier_id) AS m FROM __META_JOB_BARRIER WHERE job_id = 'split'",
+    "SELECT min(v.barrier_id) FROM __META_TABLE_BARRIER v "
+    "WHERE v.table_name IN ('joined', 'left') AND barrier_id > 2",
+    "SELECT max(barrier_id) FROM __META_TABLE_BARRIER WHERE table_name = 'joined' "
+    "AND state = 'WRITTEN'",
+    "SELECT max(barrier_id) FROM __META_JOB_BARRIER WHERE job_id = 'join_v2' "
+    "AND written_at IS NOT NULL",
+    "SELECT count(*), max(barrier_id) FROM __META_JOB_BARRIER WHERE job_id = 'load'",
+    "SELECT * FROM __META_TABLE_BARRIER WHERE table_name = 'raw' AND barrier_id >= "
+    "(SELECT max(barrier_id) FROM __META_JOB_BARRIER WHERE job_id = 'load')",
     # not narrowed: the answers must not change either
     "SELECT * FROM __META_DELAY WHERE table_name = 'joined' OR barrier_id = 1",
     "SELECT * FROM __META_DELAY d WHERE barrier_id = (SELECT max(barrier_id) "
@@ -89,7 +100,7 @@ QUERIES = [
     "SELECT * FROM __META_DELAY d LEFT JOIN __META_TABLE t ON t.table_name = 'raw' "
     "AND d.table_name = t.table_name",
 ]
-NARROWED = 20  # the first ones
+NARROWED = 26  # the first ones
 
 
 class Exports:
@@ -179,6 +190,60 @@ def test_a_subquery_that_changes_before_the_export_falls_back_to_all(
     assert table.column("barrier_id").to_pylist() == [7]
     assert calls[-1] == 0  # the last export: everything
     assert calls[1] > 0  # the first try was narrowed by the subquery's value
+
+
+def test_a_max_alone_exports_only_the_rows_at_the_max(history: Lockstep) -> None:
+    query = "SELECT max(barrier_id) AS m FROM __META_JOB_BARRIER WHERE job_id = 'split'"
+    found = {(r.target.column, r.op, r.values) for r in plan_pushdown(duckdb.connect(), query)}
+    assert found == {("job_id", "in", ("split",)), ("barrier_id", "max", ())}
+    rows, exported = _answer(history, query, pushdown=True)
+    assert rows == [{"m": 6}]
+    assert exported == 1
+
+
+@pytest.mark.parametrize(
+    "query",
+    [  # each reads more of the view than the rows at the max
+        "SELECT max(barrier_id) FROM __META_JOB_BARRIER WHERE job_id = 'a' AND token = 1",
+        "SELECT count(*), max(barrier_id) FROM __META_JOB_BARRIER WHERE job_id = 'a'",
+        "SELECT max(barrier_id) FROM __META_JOB_BARRIER WHERE job_id = 'a' GROUP BY job_id",
+        "SELECT max(barrier_id) FROM __META_JOB_BARRIER WHERE job_id = 'a' OR job_id = 'b'",
+        "SELECT max(barrier_id) FROM __META_JOB_BARRIER WHERE job_id > 'a'",
+        "SELECT max(DISTINCT barrier_id) FROM __META_JOB_BARRIER WHERE job_id = 'a' LIMIT 1",
+        "SELECT max(barrier_id) FROM __META_BARRIER WHERE barrier_id < 9",
+        "SELECT max(b.barrier_id) FROM __META_JOB_BARRIER b, __META_JOB_BARRIER c "
+        "WHERE b.job_id = 'a' AND c.job_id = 'a'",
+        "SELECT * FROM __META_JOB_BARRIER WHERE job_id = 'a' AND barrier_id >= "
+        "(SELECT max(barrier_id) FROM __META_JOB_BARRIER WHERE job_id = 'a')",
+    ],
+)
+def test_a_max_with_anything_else_is_not_narrowed_to_it(query: str) -> None:
+    assert all(r.op not in ("max", "min") for r in plan_pushdown(duckdb.connect(), query))
+
+
+def test_a_max_subquery_that_moves_before_the_export_falls_back_to_all(
+    history: Lockstep, clock: FakeClock
+) -> None:
+    """The main export keeps only the rows at the max: over them, the subquery gives the
+    new max, not the value the bound was built from, so the query reads everything."""
+    query = (
+        "SELECT barrier_id FROM __META_TABLE_BARRIER WHERE table_name = 'raw' AND barrier_id "
+        ">= (SELECT max(barrier_id) FROM __META_JOB_BARRIER WHERE job_id = 'load')"
+    )
+    calls: list[tuple[str, ...]] = []
+
+    def moving(names: Collection[str], where: Sequence[Restriction]) -> dict[str, Any]:
+        calls.append(tuple(r.op for r in where))
+        if len(calls) == 2:  # after the subquery's own export: barrier 7 lands
+            history.issue_barrier()
+            _run(history, "load", clock, cost=1.0)
+        return history.store.export_tables(names, where)
+
+    table = run_meta_query(query, moving, now_us=to_micros(history.store.now()))
+    assert table.column("barrier_id").to_pylist() == [7]
+    assert "max" in calls[0]  # the subquery's own export
+    assert "max" in calls[1]  # the main export
+    assert calls[-1] == ()  # the last export: everything
 
 
 def test_delay_of_a_table_keeps_its_sources_and_every_writer(history: Lockstep) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 import pyarrow as pa
-from sqlalchemy import BigInteger, ColumnElement, Table, select, type_coerce
+from sqlalchemy import BigInteger, ColumnElement, Table, func, select, type_coerce
 from sqlalchemy.orm import Session
 
 from lockstep.errors import MetaQueryError
@@ -65,10 +65,13 @@ def _filters(
         if r.target.table == versions.name
         and r.target.via is Via.SAME
         and r.target.column != "table_name"
+        and r.op not in ("max", "min")  # fewer writers would do; more are never wrong
     ]
     filters = []
     for r in mine:
         column = table.c[r.target.column]
+        if r.op in ("max", "min"):
+            continue  # below: among the rows the others let through
         if r.target.via is Via.SAME:
             filters.append(_compare(column, r))
         elif r.op in ("=", "in"):  # table names, carried over to writers or sources
@@ -80,7 +83,18 @@ def _filters(
                     select(JobSourceRow.table_name).where(JobSourceRow.job_id.in_(writers))
                 )
                 filters.append(column.in_(sorted({*r.values, *sources})))
-    return filters
+    extremes = [
+        _extreme(table.c[r.target.column], r.op, filters) for r in mine if r.op in ("max", "min")
+    ]
+    return filters + extremes
+
+
+def _extreme(
+    column: ColumnElement[object], which: str, others: Sequence[ColumnElement[bool]]
+) -> ColumnElement[bool]:
+    """The rows at ``column``'s max (or min) among those ``others`` let through."""
+    aggregate = func.max(column) if which == "max" else func.min(column)
+    return column == select(aggregate).where(*others).scalar_subquery()
 
 
 def _writers(
@@ -108,3 +122,5 @@ def _compare(column: ColumnElement[object], r: Restriction) -> ColumnElement[boo
             return column > value
         case ">=":
             return column >= value
+        case _:
+            raise AssertionError(f"{r.op} is not a comparison (see _extreme)")
