@@ -125,18 +125,45 @@ class Recorder:
 
 
 class StatementCounter:
-    """Counts the statements SQLAlchemy sends on an engine (``before_cursor_execute``)."""
+    """Counts the SQL statements an engine's connections run: those SQLAlchemy sends and
+    those sent on the driver's own cursor (resolve, ``store/sql/driver.py``). Each
+    DB-API connection opened from now on (the pool is emptied first) gets a counting
+    hook: SQLite's trace callback (``BEGIN`` counted, ``COMMIT``/``ROLLBACK`` and trigger
+    bodies not, as SQLAlchemy's count had it), psycopg's cursor class (an implicit
+    ``BEGIN`` is not a statement sent by a cursor)."""
 
     def __init__(self, engine: Engine) -> None:
+        if engine.url.database in (None, "", ":memory:"):
+            raise ValueError("an in-memory store lives in its one connection: use a file")
         self.engine = engine
         self.count = 0
-        event.listen(engine, "before_cursor_execute", self._seen)
+        engine.dispose()
+        event.listen(engine, "connect", self._hook)
 
-    def _seen(self, *_: object) -> None:
-        self.count += 1
+    def _hook(self, dbapi_connection: Any, _record: object) -> None:
+        if self.engine.dialect.name == "sqlite":
+            dbapi_connection.set_trace_callback(self._traced)
+            return
+        counter = self
+
+        class Counting(dbapi_connection.cursor_factory):  # type: ignore[misc,name-defined]
+            def execute(self, *args: Any, **kwargs: Any) -> Any:
+                counter.count += 1
+                return super().execute(*args, **kwargs)
+
+            def executemany(self, *args: Any, **kwargs: Any) -> Any:
+                counter.count += 1
+                return super().executemany(*args, **kwargs)
+
+        dbapi_connection.cursor_factory = Counting
+
+    def _traced(self, statement: str) -> None:
+        if not statement.startswith(("COMMIT", "ROLLBACK", "--")):
+            self.count += 1
 
     def __call__(self) -> int:
         return self.count
 
     def close(self) -> None:
-        event.remove(self.engine, "before_cursor_execute", self._seen)
+        event.remove(self.engine, "connect", self._hook)
+        self.engine.dispose()  # the hooked connections

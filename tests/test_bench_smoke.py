@@ -111,6 +111,22 @@ def test_coordinator_benchmark_postgres(tmp_path: Path) -> None:
     check_targets(data["targets"], "postgres")
 
 
+def test_meta_queries_benchmark_checks_every_shape_against_no_pushdown(tmp_path: Path) -> None:
+    data, stdout = run_bench(tmp_path, "meta_queries.py")  # it raises if an answer differs
+    figures = {f["op"]: f for f in data["figures"]}
+    shapes = set(data["queries"])
+    assert "scalar subquery (max of a history)" in shapes
+    for shape in shapes:
+        assert figures[shape]["baseline"] == f"{shape}: no pushdown"
+        assert 0 < figures[shape]["p50_ms"] <= figures[shape]["p99_ms"]
+    for level in ("read_uncommitted", "read_committed", "repeatable_read"):
+        new = figures[f"resolve 10 tables {level}"]
+        assert new["statements"] == 1  # one statement, on the driver's own cursor too
+        assert new["baseline"] == "floor: point lookup"
+        assert figures[f"  same, by search ({level})"]["statements"] > 1
+    assert "Targets (measured, not asserted):" in stdout
+
+
 @pytest.mark.slow
 def test_scaling_benchmark(tmp_path: Path) -> None:
     data, stdout = run_bench(tmp_path, "scaling.py")
