@@ -378,6 +378,8 @@ class StoreContract(InstanceContract, WaitContract):
         register(store)
         with pytest.raises(UnknownTableError, match="nope"):
             store.resolve(["shopping", "nope"], RR)
+        with pytest.raises(UnknownTableError, match="no"):  # a name no store can hold
+            store.resolve(["shopping", "no\x00pe"], RR)
         with pytest.raises(NoConsistentBarrierError) as e:
             store.resolve(["shopping"], RR)
         assert e.value.lagging == ("shopping",)

@@ -263,6 +263,9 @@ def _named(tables: Sequence[str]) -> list[str]:
     named = list(dict.fromkeys(tables))
     if not named:
         raise UnknownTableError([], hint="name at least one table to read")
+    impossible = [t for t in named if "\x00" in t]  # PostgreSQL's text cannot hold one
+    if impossible:
+        raise UnknownTableError(impossible)
     return named
 
 
