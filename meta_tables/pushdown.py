@@ -8,7 +8,9 @@ constant conditions on the view's key columns (``MetaView.keys``: ``table_name``
 ``job_id``, ``barrier_id``) that apply to it, also through ``OR`` (the union of the
 branches), through equalities with another view's key column (``d.table_name =
 t.table_name``), and from uncorrelated subqueries (evaluated first, see
-:mod:`.pushdown_plan`). A base table gets the hull of what every view reading it needs.
+:mod:`.pushdown_plan`). A ``SELECT max(column)`` with nothing else needs only the rows at
+the max (:mod:`.pushdown_extreme`). A base table gets the hull of what every view reading
+it needs.
 
 The pushed filters only ever narrow the export to a superset of what the query reads, and
 DuckDB still runs the whole query, so an answer is the same with or without pushdown; only

@@ -14,10 +14,13 @@ collected from:
 - an uncorrelated subquery compared with a key column (``barrier_id > (SELECT ...)``,
   ``table_name IN (SELECT ...)``): evaluated first, as a meta query of its own, and its
   value used as the constant; the caller checks that the value is still the same over the
-  main export (:class:`Plan` ``checks``) and drops the restrictions if not.
+  main export (:class:`Plan` ``checks``) and drops the restrictions if not;
+- a ``SELECT`` whose only output is ``max`` or ``min`` of a column, under exact key
+  conditions only (:mod:`.pushdown_extreme`): the rows at the max.
 
-A base table is then restricted to the hull of what every use reaching it needs; a use
-with no condition on a column leaves that column unrestricted. What the planner cannot
+A base table is then restricted to the hull of what every use reaching it needs (the rows
+at a max only when one use reaches it); a use with no condition on a column leaves that
+column unrestricted. What the planner cannot
 follow (a view named where the parse tree shows no table, a base table named directly, a
 CTE shadowing a view) only widens the export. DuckDB still runs the whole query over the
 exported rows, so an answer is the same with or without pushdown.
