@@ -172,6 +172,7 @@ def _uses(source: Node) -> list[_Use]:
             name in VIEWS_BY_NAME
             and not source.get("schema_name")
             and not source.get("catalog_name")
+            and not source.get("column_name_alias")  # v(a, b): columns renamed, not followed
         ):
             alias = str(source.get("alias") or "").lower()
             return [_Use(VIEWS_BY_NAME[name], {alias} if alias else {name.lower()})]

@@ -97,6 +97,9 @@ QUERIES = [
     "SELECT * FROM __META_DELAY d WHERE barrier_id = (SELECT max(barrier_id) "
     "FROM __META_TABLE_BARRIER b WHERE b.table_name = d.table_name)",
     "SELECT * FROM __META_DELAY WHERE barrier_id = '2'",
+    "SELECT * FROM __META_TABLE_BARRIER AS v(job_id, barrier_id, snapshot_id, state, "
+    "table_name) WHERE table_name = 'load'",  # the column list renames: job_id is 'load'
+    "SELECT max(barrier_id) FROM __META_JOB_BARRIER AS b(barrier_id, job_id) WHERE job_id = 3",
     "SELECT * FROM __META_DELAY d LEFT JOIN __META_TABLE t ON t.table_name = 'raw' "
     "AND d.table_name = t.table_name",
 ]
