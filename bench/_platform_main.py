@@ -22,7 +22,7 @@ from _timing import HEADER, Figure, figure
 from sqlalchemy import create_engine
 
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
-from lockstep.remote import RemoteMetadataStore
+from lockstep.remote import JOBS_PER_CALL, RemoteMetadataStore
 from lockstep.topology.model import JobSpec
 
 SIZES = (100, 1_000, 10_000)
@@ -48,6 +48,31 @@ def time_registrations(store: Any, new: Sequence[JobSpec]) -> list[float]:
         if (i + 1) % 2_000 == 0:
             say(f"  registered {i + 1:,}; the last took {samples[-1] * 1e3:.2f} ms")
     return samples
+
+
+def time_batch_registration(remote: RemoteMetadataStore, jobs: int) -> dict[str, Any]:
+    """Registering ``jobs`` more jobs (a second set of pipelines, renamed) with
+    ``register_jobs``, in calls of ``JOBS_PER_CALL``: a platform applying its job file."""
+    batch = [_renamed(spec, "batch_") for spec in specs(jobs)]
+    say(f"service: registering {jobs:,} more jobs in calls of {JOBS_PER_CALL}")
+    started = time.perf_counter()
+    for first in range(0, jobs, JOBS_PER_CALL):
+        chunk = batch[first : first + JOBS_PER_CALL]
+        if remote.register_jobs(chunk) != chunk:
+            raise AssertionError("register_jobs answered other jobs than it was given")
+        if (first + len(chunk)) % 2_000 == 0:
+            say(f"  registered {first + len(chunk):,}")
+    seconds = time.perf_counter() - started
+    return {"jobs": jobs, "calls": -(-jobs // JOBS_PER_CALL), "seconds": seconds}
+
+
+def _renamed(spec: JobSpec, prefix: str) -> JobSpec:
+    return JobSpec(
+        prefix + spec.job_id,
+        sources=tuple(prefix + t for t in spec.sources),
+        sinks=tuple(prefix + t for t in spec.sinks),
+        external_sources=spec.external_sources,
+    )
 
 
 def registration_figures(backend: str, samples: Sequence[float], base: Figure) -> list[Figure]:
@@ -109,6 +134,7 @@ def service_run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             finally:
                 fleet.stop()
         out["figures"] += registration_figures("service", samples, commit)
+        out["batch_registration"] = time_batch_registration(remote, max(sizes))
         remote.close()
     return out
 
@@ -263,6 +289,14 @@ def report(results: dict[str, Any]) -> None:
             ],
         )
     )
+    batch = results.get("service", {}).get("batch_registration")
+    if batch:
+        print(
+            f"\nregister_jobs: {batch['jobs']:,} more jobs in {batch['calls']:,} "
+            f"call{'' if batch['calls'] == 1 else 's'} through "
+            f"the service: {batch['seconds']:.1f} s ({batch['seconds'] / batch['jobs'] * 1e3:.2f} "
+            "ms a job)"
+        )
     idle = results.get("service", {}).get("idle", [])
     if idle:
         print()

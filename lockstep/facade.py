@@ -84,6 +84,11 @@ class Lockstep:
         )
         return self.store.register_job(spec)
 
+    def register_jobs(self, specs: Iterable[JobSpec]) -> list[JobSpec]:
+        """Register several jobs in order, all or none (through a service: all or none per
+        call of :data:`~lockstep.remote.JOBS_PER_CALL`); each as :meth:`register_job`."""
+        return self.store.register_jobs(list(specs))
+
     def unregister_job(self, job_id: str, *, force: bool = False) -> None:
         """Remove a job (its tables and their history stay)."""
         self.store.unregister_job(job_id, force=force)

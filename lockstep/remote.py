@@ -53,6 +53,7 @@ DEFAULT_QUERY_TIMEOUT_S = 300.0
 # this stays under the 60 s idle timeout of common proxies). A job waits longer with several;
 # each costs the service a request, and a store look only if a write concerned the job.
 MAX_WAIT_S = 50.0
+JOBS_PER_CALL = 500  # register_jobs sends this many jobs a call (the service takes 1,000)
 
 
 class RemoteMetadataStore(MetadataStore):
@@ -143,6 +144,16 @@ class RemoteMetadataStore(MetadataStore):
         body = wire.dump(spec, JobSpec)
         result: JobSpec = self._json("POST", "/v1/jobs", JobSpec, idempotent=True, json=body)
         return result
+
+    def register_jobs(self, specs: Sequence[JobSpec]) -> list[JobSpec]:
+        registered: list[JobSpec] = []
+        for start in range(0, len(specs), JOBS_PER_CALL):
+            body = {"jobs": [wire.dump(s, JobSpec) for s in specs[start : start + JOBS_PER_CALL]]}
+            found: list[JobSpec] = self._json(
+                "POST", "/v1/job-batches", list[JobSpec], idempotent=True, json=body
+            )
+            registered += found
+        return registered
 
     def unregister_job(self, job_id: str, *, force: bool = False) -> None:
         self._call("DELETE", f"/v1/jobs/{job_id}", idempotent=False, params={"force": force})

@@ -11,6 +11,7 @@ import itertools
 from typing import Any
 
 import pytest
+from batch_contract import BatchContract
 from instance_contract import InstanceContract
 from pipelines import SHOPPING, dump, register, run_barrier, snapshot_id
 from wait_contract import WaitContract
@@ -47,7 +48,7 @@ FED_SHOPPING = (
 )
 
 
-class StoreContract(InstanceContract, WaitContract):
+class StoreContract(BatchContract, InstanceContract, WaitContract):
     __test__ = False
 
     # -- topology --------------------------------------------------------------------------

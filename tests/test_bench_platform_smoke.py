@@ -56,3 +56,7 @@ def test_platform_benchmark_service_and_embedded(tmp_path: Path) -> None:
         "waiting + heartbeat/10 s",
     ]
     assert "issue -> all WRITTEN s" in result.stdout
+    batch = service["batch_registration"]  # a second set of jobs, with register_jobs
+    assert (batch["jobs"], batch["calls"]) == (SIZES[-1], 1)
+    assert batch["seconds"] > 0
+    assert f"register_jobs: {SIZES[-1]:,} more jobs in 1 call through" in result.stdout

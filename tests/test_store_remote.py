@@ -27,6 +27,7 @@ from lockstep.errors import (
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.remote import RemoteMetadataStore
+from lockstep.topology.model import JobSpec
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
@@ -110,6 +111,9 @@ def test_bad_requests_get_4xx_not_5xx(served: tuple[str, dict[str, str]]) -> Non
         ("POST", "/v1/jobs", {"job_id": "bad job", "sinks": ["t"]}),
         ("POST", "/v1/jobs", {"job_id": "j", "sinks": []}),
         ("POST", "/v1/jobs", {"nonsense": True}),
+        ("POST", "/v1/job-batches", {"jobs": []}),
+        ("POST", "/v1/job-batches", {"jobs": [{"job_id": "j", "sinks": ["t"]}] * 1_001}),
+        ("POST", "/v1/job-batches", {"jobs": [{"job_id": "bad job", "sinks": ["t"]}]}),
         ("POST", "/v1/resolve", {"tables": []}),
         ("POST", "/v1/resolve", {"tables": ["t"], "level": "snapshot"}),
         ("POST", "/v1/leases", {"tables": ["t"], "ttl_s": -1}),
@@ -122,6 +126,20 @@ def test_bad_requests_get_4xx_not_5xx(served: tuple[str, dict[str, str]]) -> Non
     for method, path, body in cases:
         response = httpx.request(method, f"{url}{path}", json=body, headers=headers)
         assert 400 <= response.status_code < 500, (method, path, response.status_code)
+
+
+def test_a_long_batch_goes_in_calls_of_jobs_per_call(sqlite_store: SqlMetadataStore) -> None:
+    calls: list[int] = []
+    client = TestClient(create_app(sqlite_store))
+    client.event_hooks["request"].append(lambda r: calls.append(len(r.content)))
+    store = RemoteMetadataStore("http://testserver", client=client)
+    chain = [JobSpec("j0", sinks=("t0",))] + [
+        JobSpec(f"j{i}", sources=(f"t{i - 1}",), sinks=(f"t{i}",)) for i in range(1, 1_201)
+    ]
+    assert store.register_jobs(chain) == chain
+    assert len(calls) == 3  # 500, 500, 201
+    assert store.topology().writer_of("t1200") == "j1200"
+    store.close()
 
 
 def test_connect_passes_the_service_client_timeouts(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from lockstep.cli.format import (
     table_row,
 )
 from lockstep.cli.jobs import load_job
+from lockstep.cli.jobs_file import load_jobs_file
 from lockstep.cli.ops import add_ops_commands
 from lockstep.cli.run import (
     cmd_demo,
@@ -51,6 +52,7 @@ from lockstep.meta_tables.delay import DEFAULT_DELAY_BARRIERS
 if TYPE_CHECKING:  # the facade pulls in SQLAlchemy, DuckDB and Arrow: load it lazily
     from lockstep.barrier.model import Barrier
     from lockstep.facade import Lockstep
+    from lockstep.topology.model import JobSpec
 
 LEVELS = ("read_uncommitted", "read_committed", "repeatable_read")
 TOPOLOGY_FORMATS = ("text", "json", "dot", "mermaid")
@@ -86,6 +88,24 @@ def cmd_job_register(ls: Lockstep, args: argparse.Namespace) -> Output:
     inputs = [*spec.sources, *(f"{x} (external)" for x in spec.external_sources)]
     text = f"registered job {spec.job_id} ({row['type']}): {format_cell(inputs)} -> "
     return Output(row, text + format_cell(row["sinks"]))
+
+
+def cmd_job_apply(ls: Lockstep, args: argparse.Namespace) -> Output:
+    """Register every job of a JSON file, in order, all or none per 500 (docs/deploy.md)."""
+    from lockstep.remote import JOBS_PER_CALL
+
+    specs = load_jobs_file(args.file)
+    progress = _quiet if args.json or len(specs) <= JOBS_PER_CALL else print
+    registered: list[JobSpec] = []
+    for start in range(0, len(specs), JOBS_PER_CALL):  # each call all or none
+        registered += ls.register_jobs(specs[start : start + JOBS_PER_CALL])
+        progress(f"registered {len(registered):,} of {len(specs):,} jobs")
+    rows = [job_row(spec) for spec in registered]
+    return Output(
+        rows,
+        f"{len(rows):,} jobs registered from {args.file} (already registered "
+        "ones are left as they are)",
+    )
 
 
 def cmd_job_list(ls: Lockstep, args: argparse.Namespace) -> Output:
@@ -294,6 +314,13 @@ def _add_job_commands(sub: Any, cmds: _Commands) -> None:
         default=[],
         metavar="NAME",
         help="an unmanaged input, e.g. kafka:orders (repeatable)",
+    )
+    apply = cmds.add(jobs, "apply", cmd_job_apply)
+    apply.add_argument(
+        "file",
+        metavar="FILE",
+        type=Path,
+        help='a JSON list of jobs: [{"job_id": ..., "sources": [...], "sinks": [...]}, ...]',
     )
     cmds.add(jobs, "list", cmd_job_list)
     unregister = cmds.add(jobs, "unregister", cmd_job_unregister)

@@ -51,6 +51,7 @@ from lockstep.service.metrics import add_metrics, watch_long_polls
 from lockstep.service.requests import (
     BarrierPath,
     JobIn,
+    JobsIn,
     LeadIn,
     LeaseIn,
     Limit,
@@ -177,18 +178,27 @@ def _add_catalog(app: FastAPI, catalog: dict[str, Any] | None, *, serves_iceberg
         return {"catalog": catalog}
 
 
+def _spec(body: JobIn) -> JobSpec:
+    return JobSpec(
+        body.job_id,
+        sources=tuple(body.sources),
+        sinks=tuple(body.sinks),
+        external_sources=tuple(body.external_sources),
+    )
+
+
 def _add_topology(app: FastAPI, store: MetadataStore) -> None:
     """Registering and listing jobs and tables."""
 
     @app.post("/v1/jobs")
     def register_job(body: JobIn, _: Admin) -> Any:
-        spec = JobSpec(
-            body.job_id,
-            sources=tuple(body.sources),
-            sinks=tuple(body.sinks),
-            external_sources=tuple(body.external_sources),
-        )
-        return wire.dump(store.register_job(spec), JobSpec)
+        return wire.dump(store.register_job(_spec(body)), JobSpec)
+
+    @app.post("/v1/job-batches")
+    def register_jobs(body: JobsIn, _: Admin) -> Any:
+        """Several jobs in order, all or none (one transaction)."""
+        specs = [_spec(job) for job in body.jobs]
+        return wire.dump(store.register_jobs(specs), list[JobSpec])
 
     @app.delete("/v1/jobs/{job_id}")
     def unregister_job(job_id: str, _: Admin, force: bool = False) -> dict[str, str]:

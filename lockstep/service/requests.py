@@ -32,6 +32,13 @@ class JobIn(_Body):
     external_sources: list[Name] = []
 
 
+MAX_JOBS_PER_CALL = 1_000  # jobs registered in one call (one transaction)
+
+
+class JobsIn(_Body):
+    jobs: list[JobIn] = Field(min_length=1, max_length=MAX_JOBS_PER_CALL)
+
+
 class TokenIn(_Body):
     token: Int64
 

@@ -50,6 +50,13 @@ class MetadataStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def register_jobs(self, specs: Sequence[JobSpec]) -> list[JobSpec]:
+        """Register several jobs, in order, all or none: what :meth:`register_job` would do
+        for each in turn (a job may read a table an earlier one writes), in one
+        transaction, so the first refused leaves the store as it was. A remote store sends
+        at most :data:`~lockstep.remote.JOBS_PER_CALL` a call, each call all or none."""
+
+    @abc.abstractmethod
     def unregister_job(self, job_id: str, *, force: bool = False) -> None:
         """Remove a job; its tables and their history stay. Pending commits block this
         unless ``force`` (which aborts them)."""

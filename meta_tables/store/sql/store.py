@@ -157,6 +157,9 @@ class SqlMetadataStore(MetadataStore):
     def register_job(self, spec: JobSpec) -> JobSpec:
         return self._write(lambda s: topology.register_job(s, spec, self._clock()))
 
+    def register_jobs(self, specs: Sequence[JobSpec]) -> list[JobSpec]:
+        return self._write(lambda s: topology.register_jobs(s, specs, self._clock()))
+
     def unregister_job(self, job_id: str, *, force: bool = False) -> None:
         self._write(lambda s: rounds.unregister_job(s, job_id, force=force, now=self._clock()))
 

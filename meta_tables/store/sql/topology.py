@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from sqlalchemy import bindparam, delete, func, select, text
@@ -46,6 +46,17 @@ def register_job(s: Session, spec: JobSpec, now: datetime) -> JobSpec:
     whether anything downstream of its sinks feeds one of its sources (a cycle). The cost
     grows with what the job reaches downstream, not with the number of jobs."""
     lock_topology(s)
+    return _register(s, spec, now)
+
+
+def register_jobs(s: Session, specs: Sequence[JobSpec], now: datetime) -> list[JobSpec]:
+    """:func:`register_job` for each of ``specs`` in turn, in ``s``'s one transaction: the
+    first refused refuses them all."""
+    lock_topology(s)
+    return [_register(s, spec, now) for spec in specs]
+
+
+def _register(s: Session, spec: JobSpec, now: datetime) -> JobSpec:
     row = s.get(JobRow, spec.job_id)
     if row is not None:
         existing = spec_of(s, row)
