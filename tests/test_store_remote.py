@@ -98,6 +98,8 @@ def test_auth_roles(served: tuple[str, dict[str, str]]) -> None:
         reader.issue_barrier()
     with pytest.raises(PermissionDeniedError):
         reader.register_job("x", sinks=["t"])
+    with pytest.raises(PermissionDeniedError):
+        reader.register_jobs([JobSpec("x", sinks=("t",))])
     with pytest.raises(AuthenticationError, match="unknown bearer token"):
         lockstep.connect(url, token="not-a-token-0123456789").barriers()
     assert not issubclass(AuthenticationError, StoreError)
