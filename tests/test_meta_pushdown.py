@@ -180,19 +180,27 @@ def test_a_subquery_that_changes_before_the_export_falls_back_to_all(
         "SELECT barrier_id FROM __META_JOB_BARRIER WHERE job_id = 'load' AND barrier_id >= "
         "(SELECT max(barrier_id) FROM __META_JOB_BARRIER WHERE job_id = 'load')"
     )
-    calls: list[int] = []
+    table, calls = _moving_after_the_subquery(history, clock, query)
+    assert table.column("barrier_id").to_pylist() == [7]
+    assert len(calls[-1]) == 0  # the last export: everything
+    assert len(calls[1]) > 0  # the first try was narrowed by the subquery's value
+
+
+def _moving_after_the_subquery(
+    history: Lockstep, clock: FakeClock, query: str
+) -> tuple[pa.Table, list[tuple[str, ...]]]:
+    """Run ``query`` while barrier 7 lands after the subquery's own export (the first);
+    returns the answer and each export's restriction ops."""
+    calls: list[tuple[str, ...]] = []
 
     def moving(names: Collection[str], where: Sequence[Restriction]) -> dict[str, Any]:
-        calls.append(len(where))
+        calls.append(tuple(r.op for r in where))
         if len(calls) == 2:  # after the subquery's own export: barrier 7 lands
             history.issue_barrier()
             _run(history, "load", clock, cost=1.0)
         return history.store.export_tables(names, where)
 
-    table = run_meta_query(query, moving, now_us=to_micros(history.store.now()))
-    assert table.column("barrier_id").to_pylist() == [7]
-    assert calls[-1] == 0  # the last export: everything
-    assert calls[1] > 0  # the first try was narrowed by the subquery's value
+    return run_meta_query(query, moving, now_us=to_micros(history.store.now())), calls
 
 
 def test_a_max_alone_exports_only_the_rows_at_the_max(history: Lockstep) -> None:
@@ -233,16 +241,7 @@ def test_a_max_subquery_that_moves_before_the_export_falls_back_to_all(
         "SELECT barrier_id FROM __META_TABLE_BARRIER WHERE table_name = 'raw' AND barrier_id "
         ">= (SELECT max(barrier_id) FROM __META_JOB_BARRIER WHERE job_id = 'load')"
     )
-    calls: list[tuple[str, ...]] = []
-
-    def moving(names: Collection[str], where: Sequence[Restriction]) -> dict[str, Any]:
-        calls.append(tuple(r.op for r in where))
-        if len(calls) == 2:  # after the subquery's own export: barrier 7 lands
-            history.issue_barrier()
-            _run(history, "load", clock, cost=1.0)
-        return history.store.export_tables(names, where)
-
-    table = run_meta_query(query, moving, now_us=to_micros(history.store.now()))
+    table, calls = _moving_after_the_subquery(history, clock, query)
     assert table.column("barrier_id").to_pylist() == [7]
     assert "max" in calls[0]  # the subquery's own export
     assert "max" in calls[1]  # the main export
