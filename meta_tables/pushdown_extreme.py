@@ -21,13 +21,12 @@ the same.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
-from typing import Any
+from collections.abc import Collection
 
 from lockstep.meta_tables.pushdown_range import Extreme
+from lockstep.meta_tables.pushdown_tree import INTEGER_TYPES, Node, conjuncts_of
 from lockstep.meta_tables.views import MetaView, Via
 
-Node = Mapping[str, Any]
 _AGGREGATES: dict[str, Extreme] = {"max": "max", "min": "min"}
 _RANGES = frozenset(
     {
@@ -37,7 +36,6 @@ _RANGES = frozenset(
         "COMPARE_GREATERTHANOREQUALTO",
     }
 )
-_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT"})
 
 
 def extreme_of(node: Node, view: MetaView, names: Collection[str]) -> tuple[str, Extreme] | None:
@@ -59,7 +57,7 @@ def extreme_of(node: Node, view: MetaView, names: Collection[str]) -> tuple[str,
     if column not in view.extremes:
         return None
     table = _base_table(view, column)
-    for condition in _conjuncts(node.get("where_clause")):
+    for condition in conjuncts_of(node.get("where_clause")):
         if table is None or not _exact(condition, view, names, table):
             return None
     return (column, which) if table is not None else None
@@ -99,16 +97,6 @@ def _base_table(view: MetaView, column: str) -> str | None:
     return targets[0].table
 
 
-def _conjuncts(expression: Node | None) -> Iterator[Node]:
-    if not expression:
-        return
-    if expression.get("type") == "CONJUNCTION_AND":
-        for child in expression.get("children") or []:
-            yield from _conjuncts(child)
-    else:
-        yield expression
-
-
 def _exact(condition: Node, view: MetaView, names: Collection[str], table: str) -> bool:
     """``condition`` is a key column of ``table`` compared with literals: the store applies
     it as DuckDB would."""
@@ -138,6 +126,6 @@ def _literal(expression: Node) -> str | None:
     if value.get("is_null"):
         return None
     type_id = (value.get("type") or {}).get("id")
-    if type_id in _INTEGER_TYPES:
+    if type_id in INTEGER_TYPES:
         return "int"
     return "text" if type_id == "VARCHAR" else None

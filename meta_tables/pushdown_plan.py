@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 from lockstep.meta_tables.pushdown_extreme import extreme_of
 from lockstep.meta_tables.pushdown_range import Op, Range, Value
+from lockstep.meta_tables.pushdown_tree import INTEGER_TYPES, Node, conjuncts_of
 from lockstep.meta_tables.views import VIEWS_BY_NAME, MetaView, Via, base_tables_for
 
 if TYPE_CHECKING:  # DuckDB loads when a query runs, not with the store (CLI start-up)
     import duckdb
 
-Node = Mapping[str, Any]
 Evaluate = Callable[[str], "list[Value] | None"]  # a subquery's values, None: cannot tell
 
 _COMPARISONS: dict[str, Op] = {
@@ -53,7 +53,6 @@ _COMPARISONS: dict[str, Op] = {
 }
 _FLIPPED: dict[Op, Op] = {"=": "=", "in": "in", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _META_NAME = re.compile(r"__META_[A-Z_]+", re.IGNORECASE)
-_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT"})
 MAX_SUBQUERY_VALUES = 10_000  # a longer IN (SELECT ...) list is not pushed
 
 
@@ -237,8 +236,8 @@ def _node_ranges(
     """Per use (by position) and key column: what this SELECT lets through."""
     if not uses:
         return {}
-    conjuncts = list(_conjuncts(node.get("where_clause")))
-    conjuncts += [c for cond in _inner_on(node.get("from_table") or {}) for c in _conjuncts(cond)]
+    conjuncts = list(conjuncts_of(node.get("where_clause")))
+    conjuncts += [c for cond in _inner_on(node.get("from_table") or {}) for c in conjuncts_of(cond)]
     sole = (node.get("from_table") or {}).get("type") == "BASE_TABLE"
     context = _Context(con, uses, sole, evaluate, checks)
     ranges: dict[int, dict[str, Range]] = {}
@@ -275,16 +274,6 @@ def _inner_on(source: Node) -> Iterator[Node]:
         yield source["condition"]
     yield from _inner_on(source.get("left") or {})
     yield from _inner_on(source.get("right") or {})
-
-
-def _conjuncts(expression: Node | None) -> Iterator[Node]:
-    if not expression:
-        return
-    if expression.get("type") == "CONJUNCTION_AND":
-        for child in expression.get("children", ()):
-            yield from _conjuncts(child)
-    else:
-        yield expression
 
 
 @dataclass
@@ -400,7 +389,7 @@ class _Context:
         hull: dict[tuple[int, str], Range] | None = None
         for branch in expression.get("children", ()):
             ranges: dict[tuple[int, str], Range] = {}
-            for conjunct in _conjuncts(branch):
+            for conjunct in conjuncts_of(branch):
                 for key, (op, values) in self.conditions(conjunct):
                     ranges.setdefault(key, Range()).add(op, values)
                 for key, range_ in self.disjunction(conjunct).items():
@@ -447,7 +436,7 @@ def _constant(expression: Node) -> Value | None:
     # Only exact integers and text are pushed: a DECIMAL's value is serialized scaled
     # (2.5 as 25), and floats, huge integers or dates would need DuckDB's casts.
     kind = (value.get("type") or {}).get("id")
-    if kind in _INTEGER_TYPES and isinstance(raw, int) and not isinstance(raw, bool):
+    if kind in INTEGER_TYPES and isinstance(raw, int) and not isinstance(raw, bool):
         return raw
     if kind == "VARCHAR" and isinstance(raw, str):
         return raw
