@@ -14,6 +14,7 @@ import pytest
 from batch_contract import BatchContract
 from instance_contract import InstanceContract
 from pipelines import SHOPPING, dump, register, run_barrier, snapshot_id
+from resolve_contract import ResolveContract
 from wait_contract import WaitContract
 
 from lockstep.barrier.model import VersionState
@@ -30,7 +31,6 @@ from lockstep.errors import (
     ProtocolError,
     UnknownBarrierError,
     UnknownJobError,
-    UnknownTableError,
 )
 from lockstep.meta_tables.inputs import INPUTS
 from lockstep.meta_tables.store.base import MetadataStore
@@ -48,7 +48,7 @@ FED_SHOPPING = (
 )
 
 
-class StoreContract(BatchContract, InstanceContract, WaitContract):
+class StoreContract(BatchContract, InstanceContract, ResolveContract, WaitContract):
     __test__ = False
 
     # -- topology --------------------------------------------------------------------------
@@ -372,59 +372,6 @@ class StoreContract(BatchContract, InstanceContract, WaitContract):
         assert progress.processed_at is not None
         assert progress.written_at is not None
         assert progress.started_at <= progress.processed_at <= progress.written_at
-
-    # -- resolution ------------------------------------------------------------------------
-
-    def test_resolve_unknown_and_empty_tables(self, store: MetadataStore) -> None:
-        register(store)
-        with pytest.raises(UnknownTableError, match="nope"):
-            store.resolve(["shopping", "nope"], RR)
-        with pytest.raises(UnknownTableError, match="no"):  # a name no store can hold
-            store.resolve(["shopping", "no\x00pe"], RR)
-        with pytest.raises(NoConsistentBarrierError) as e:
-            store.resolve(["shopping"], RR)
-        assert e.value.lagging == ("shopping",)
-
-    def test_resolve_levels(self, store: MetadataStore) -> None:
-        register(store)
-        store.issue_barrier()
-        store.issue_barrier()
-        root = store.attach("load_shopping").token
-        amount = store.attach("sum_amount").token
-        price = store.attach("sum_price").token
-        run_barrier(store, "load_shopping", root)
-        run_barrier(store, "load_shopping", root)
-        run_barrier(store, "sum_amount", amount)
-        run_barrier(store, "sum_amount", amount, write=False)
-        run_barrier(store, "sum_price", price)
-        assert store.resolve(AGGREGATES, RR).barrier_id == 1
-        assert store.resolve(AGGREGATES, RC).barrier_id == 1
-        ru = store.resolve(AGGREGATES, RU)
-        assert ru.barrier_id is None
-        assert ru.barriers == {"user_item_amount": 2, "user_item_price": 1}
-        run_barrier(store, "sum_price", price, write=False)
-        assert store.resolve(AGGREGATES, RC).barrier_id == 2
-        assert store.resolve(AGGREGATES, RR).barrier_id == 1
-        snapshot_set = store.resolve(AGGREGATES, RC)
-        assert snapshot_set.snapshots == {t: snapshot_id(t, 2) for t in AGGREGATES}
-
-    def test_resolve_across_a_history_gap(self, store: MetadataStore) -> None:
-        register(store)
-        root = store.attach("load_shopping").token
-        for _ in range(3):
-            store.issue_barrier()
-            run_barrier(store, "load_shopping", root)
-        store.register_job(JobSpec("late", sinks=("late_table",)))
-        late = store.attach("late").token
-        store.issue_barrier()
-        run_barrier(store, "late", late)  # late_table starts at 4
-        store.issue_barrier()
-        run_barrier(store, "late", late)  # late_table at 5, shopping still at 3
-        with pytest.raises(NoConsistentBarrierError) as e:
-            store.resolve(["shopping", "late_table"], RR)
-        assert "shopping" in e.value.lagging
-        run_barrier(store, "load_shopping", root)
-        assert store.resolve(["shopping", "late_table"], RR).barrier_id == 4
 
     # -- leadership --------------------------------------------------------------------------
 

@@ -11,14 +11,18 @@ revisions, expirations and repairs. After every step:
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from itertools import combinations
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 from test_properties import topologies
 
@@ -64,7 +68,7 @@ def _searched(session: Session, tables: list[str], level: Any) -> object:
 class HeadsMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.store = SqlMetadataStore.open("sqlite://")
+        self.store = self.open_store()
         self.tokens: dict[str, int] = {}
         self.stale: dict[str, int] = {}
 
@@ -79,6 +83,9 @@ class HeadsMachine(RuleBasedStateMachine):
         pairs = list(combinations(self.tables, 2))[:4]
         self.queries = list(dict.fromkeys([(t,) for t in self.tables] + pairs))
         self.queries.append(tuple(self.tables))
+
+    def open_store(self) -> SqlMetadataStore:
+        return SqlMetadataStore.open("sqlite://")
 
     def teardown(self) -> None:
         self.store.close()
@@ -190,6 +197,10 @@ class HeadsMachine(RuleBasedStateMachine):
                     kept = _answer(session, resolve.resolve_snapshot_set, list(query), level)
                     searched = _answer(session, _searched, list(query), level)
                     assert kept == searched, (query, level)
+                    # the store's own read: the lookup on the driver's connection, then
+                    # (a gap at the candidate) in a transaction
+                    read = _answer(None, lambda _, t, lv: self.store.resolve(t, lv), query, level)
+                    assert read == searched, (query, level)
 
 
 HeadsMachine.TestCase.settings = settings(
@@ -199,3 +210,48 @@ HeadsMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestHeads = HeadsMachine.TestCase
+
+
+class PostgresHeadsMachine(HeadsMachine):
+    """The same on PostgreSQL, whose lookup is another statement (``lookup._seeking``):
+    each example on a database of its own."""
+
+    def open_store(self) -> SqlMetadataStore:
+        admin = create_engine(_POSTGRES["admin"], isolation_level="AUTOCOMMIT")
+        self.database = f"lockstep_heads_{uuid.uuid4().hex[:12]}"
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{self.database}"'))
+        admin.dispose()
+        url = make_url(_POSTGRES["admin"]).set(database=self.database)
+        return SqlMetadataStore.open(url.render_as_string(hide_password=False))
+
+    def teardown(self) -> None:
+        super().teardown()
+        admin = create_engine(_POSTGRES["admin"], isolation_level="AUTOCOMMIT")
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)'))
+        admin.dispose()
+
+
+_POSTGRES: dict[str, str] = {}  # the server's admin URL, while the PostgreSQL case runs
+
+
+@pytest.fixture
+def _postgres_admin(postgres_admin: str) -> Iterator[None]:
+    _POSTGRES["admin"] = postgres_admin
+    yield
+    _POSTGRES.clear()
+
+
+PostgresHeadsMachine.TestCase.settings = settings(
+    max_examples=15,
+    stateful_step_count=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+@pytest.mark.postgres
+@pytest.mark.usefixtures("_postgres_admin")
+class TestHeadsPostgres(PostgresHeadsMachine.TestCase):  # type: ignore[name-defined,misc]
+    pass

@@ -13,16 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, NamedTuple, Unpack
 
 from sqlalchemy import (
-    ColumnElement,
     Connection,
     Engine,
-    Select,
     and_,
-    bindparam,
     func,
     or_,
     select,
@@ -31,14 +26,13 @@ from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import TableVersion, VersionState
 from lockstep.errors import NoConsistentBarrierError, SnapshotExpiredError, UnknownTableError
-from lockstep.meta_tables.store.sql import driver
+from lockstep.meta_tables.store.sql import lookup
+from lockstep.meta_tables.store.sql.lookup import Looked, at_target
 from lockstep.meta_tables.store.sql.rows import to_version, versions_at
 from lockstep.meta_tables.store.sql.schema import (
-    RetentionRow,
     TableHeadRow,
     TableRow,
     TableVersionRow,
-    from_micros,
 )
 from lockstep.readers.model import ConsistencyLevel, SnapshotSet
 
@@ -150,82 +144,6 @@ def _no_version(level: ConsistencyLevel, tables: list[str], empty: list[str]) ->
     )
 
 
-_VERSION = (TV.barrier_id, TV.snapshot_id, TV.state, TV.processed_at, TV.written_at)
-
-
-def _lookup(
-    level: ConsistencyLevel, named: ColumnElement[bool] | None = None
-) -> Select[Unpack[tuple[Any, ...]]]:
-    """Per table: known (a row at all), its newest barrier for the level, and its version
-    at the candidate (the newest for read_uncommitted; else the oldest newest of all).
-    ``named``: the condition naming the tables (default: an expanding ``IN :tables``)."""
-    newest = H.newest_written if level.semantics.written_only else H.newest_barrier
-    if named is None:
-        named = TableRow.table_name.in_(bindparam("tables", expanding=True))
-    if level.semantics.common_barrier:
-        candidate = (
-            select(func.min(newest))
-            .select_from(TableRow)
-            .join(H, H.table_name == TableRow.table_name)
-            .where(named)
-            .scalar_subquery()
-        )
-        at = TV.barrier_id == candidate
-        if level.semantics.written_only:
-            at = and_(at, TV.state == WRITTEN)
-    else:
-        at = TV.barrier_id == newest
-    return (
-        select(TableRow.table_name, RetentionRow.keep_from, newest.label("newest"), *_VERSION)
-        .select_from(TableRow)
-        .outerjoin(H, H.table_name == TableRow.table_name)
-        .outerjoin(RetentionRow, RetentionRow.table_name == TableRow.table_name)
-        .outerjoin(TV, and_(TV.table_name == TableRow.table_name, at))
-        .where(named)
-    )
-
-
-_LOOKUPS = {level: _lookup(level) for level in ConsistencyLevel}
-_DRIVER_LOOKUPS: dict[tuple[str, ConsistencyLevel], driver.Statement] = {}
-
-
-class Looked(NamedTuple):
-    """A row of the lookup (:func:`_lookup`)."""
-
-    table_name: str
-    keep_from: int | None
-    newest: int | None
-    barrier_id: int | None
-    snapshot_id: int | None
-    state: str | None
-    processed_at: datetime | None
-    written_at: datetime | None
-
-    @classmethod
-    def from_driver(cls, row: tuple[Any, ...]) -> Looked:
-        name, keep_from, newest, barrier_id, snapshot_id, state, processed, written = row
-        return cls(
-            name,
-            keep_from,
-            newest,
-            barrier_id,
-            snapshot_id,
-            state,
-            None if processed is None else from_micros(processed),
-            None if written is None else from_micros(written),
-        )
-
-
-def _driver_lookup(engine: Engine, level: ConsistencyLevel) -> driver.Statement:
-    key = (engine.dialect.name, level)
-    found = _DRIVER_LOOKUPS.get(key)
-    if found is None:
-        named = driver.in_list(TableRow.table_name, "tables", engine.dialect)
-        found = driver.Statement.compile(_lookup(level, named), engine.dialect, ["tables"])
-        _DRIVER_LOOKUPS[key] = found
-    return found
-
-
 def resolve_snapshot_set(
     session: Session, tables: Sequence[str], level: ConsistencyLevel
 ) -> SnapshotSet:
@@ -248,7 +166,7 @@ def resolve_in_one_statement(
     None when a table's history has a gap at the candidate barrier (resolve in a
     transaction then)."""
     tables = _named(tables)
-    rows = _driver_lookup(engine, level).run(engine, {"tables": tables})
+    rows = lookup.driver_lookup(engine, level).run(engine, {"tables": tables})
     found = _from_lookup(tables, level, [Looked.from_driver(row) for row in rows])
     return None if found is None else _readable(found)
 
@@ -270,7 +188,8 @@ def _named(tables: Sequence[str]) -> list[str]:
 
 
 def _look(conn: Connection, tables: list[str], level: ConsistencyLevel) -> Sequence[Looked]:
-    return [Looked._make(row) for row in conn.execute(_LOOKUPS[level], {"tables": tables})]
+    statement = lookup.session_lookup(conn.dialect.name, level)
+    return [Looked._make(row) for row in conn.execute(statement, {"tables": tables})]
 
 
 def _readable(found: _Resolved) -> SnapshotSet:
@@ -294,18 +213,19 @@ def _from_lookup(
     if empty:
         raise _no_version(level, tables, empty)
     horizons = {r.table_name: r.keep_from for r in rows if r.keep_from is not None}
+    candidate = None
+    if level.semantics.common_barrier:
+        candidate = min(b for b in newest.values() if b is not None)
     versions = {
         r.table_name: TableVersion(
             r.table_name, r.barrier_id, r.snapshot_id, VersionState(r.state), *r[-2:]
         )
         for r in rows
         if r.barrier_id is not None
+        and at_target(r, r.newest if candidate is None else candidate, level)
     }
     if len(versions) < len(tables):
         return None
-    candidate = None
-    if level.semantics.common_barrier:
-        candidate = min(b for b in newest.values() if b is not None)
     return _Resolved(SnapshotSet(level, candidate, {t: versions[t] for t in tables}), horizons)
 
 
@@ -317,8 +237,8 @@ def _search_gap(
     lookup's."""
     newest: dict[str, int | None] = {r.table_name: r.newest for r in rows}
     horizons = {r.table_name: r.keep_from for r in rows if r.keep_from is not None}
-    have = {r.table_name for r in rows if r.barrier_id is not None}
     candidate = min(b for b in newest.values() if b is not None)
+    have = {r.table_name for r in rows if at_target(r, candidate, level)}
     written_only = level.semantics.written_only
     common = newest_common_barrier(session, tables, written_only=written_only, at_most=candidate)
     if common is None:
