@@ -102,6 +102,12 @@ def dump(value: Any, kind: Any) -> Any:
     return adapter(kind).dump_python(value, mode="json")
 
 
+def dump_json(value: Any, kind: Any) -> bytes:
+    """A domain value as JSON text (UTF-8), without the JSON-able data in between."""
+    result: bytes = adapter(kind).dump_json(value)
+    return result
+
+
 def load(data: Any, kind: type[T] | Any) -> T:
     """A domain value from JSON-able data (validated)."""
     result: T = adapter(kind).validate_python(data)

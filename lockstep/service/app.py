@@ -12,7 +12,7 @@ protocol or reads; ``/healthz`` runs on the event loop and never waits for a thr
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import pyarrow as pa
@@ -40,6 +40,7 @@ from lockstep.errors import (
 from lockstep.meta_tables.query import run_meta_query
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql.schema import to_micros
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import Lease, SnapshotSet
 from lockstep.service.auth import Role
 from lockstep.service.deps import Admin, Caller, Reader
@@ -64,6 +65,9 @@ from lockstep.service.requests import (
 )
 from lockstep.service.status import collect_status, render_status_page
 from lockstep.topology.model import JobSpec
+
+if TYPE_CHECKING:
+    from lockstep.meta_tables.store.sql.loop_reads import LoopReads
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 DEFAULT_THREADS = 12  # plain-def endpoints running at once (AnyIO's default is 40)
@@ -246,9 +250,15 @@ def _add_reads(app: FastAPI, store: MetadataStore, *, max_leases_per_caller: int
                 "release only the leases it took"
             )
 
+    loop_reads = _loop_reads(app, store)
+
     @app.post("/v1/resolve")
-    def resolve(body: ResolveIn, _: Reader) -> Any:
-        return wire.dump(store.resolve(body.tables, body.level), SnapshotSet)
+    async def resolve(body: ResolveIn, _: Reader) -> Response:
+        # on the event loop where the store can (loop_reads.py), else on a thread
+        found = None if loop_reads is None else await loop_reads.resolve(body.tables, body.level)
+        if found is None:
+            found = await anyio.to_thread.run_sync(store.resolve, body.tables, body.level)
+        return Response(wire.dump_json(found, SnapshotSet), media_type="application/json")
 
     @app.post("/v1/leases")
     def acquire_lease(body: LeaseIn, caller: Reader) -> Any:
@@ -277,6 +287,17 @@ def _add_reads(app: FastAPI, store: MetadataStore, *, max_leases_per_caller: int
     def active_leases(caller: Reader) -> Any:
         mine = [x for x in store.active_leases() if caller.is_admin or _owns(caller, x)]
         return wire.dump([_as_given(x) for x in mine], list[Lease])
+
+
+def _loop_reads(app: FastAPI, store: MetadataStore) -> LoopReads | None:
+    """Resolution on the event loop, for a store on PostgreSQL (closed with the app)."""
+    if not isinstance(store, SqlMetadataStore) or store.engine.dialect.name != "postgresql":
+        return None
+    from lockstep.meta_tables.store.sql.loop_reads import LoopReads  # needs psycopg
+
+    reads = LoopReads(store.engine)
+    app.router.on_shutdown.append(reads.close)
+    return reads
 
 
 def _owns(caller: Caller, lease: Lease) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
     Connection,
@@ -150,7 +151,7 @@ def resolve_snapshot_set(
     """Resolve one snapshot per table (DESIGN §3) inside ``session``'s transaction: one
     statement, unless a table's history has a gap at the candidate barrier. A version
     older than its table's expiration horizon is refused (:class:`SnapshotExpiredError`)."""
-    tables = _named(tables)
+    tables = named_tables(tables)
     rows = _look(session.connection(), tables, level)
     found = _from_lookup(tables, level, rows)
     if found is None:  # a gap at the candidate: search its neighbourhood
@@ -165,8 +166,16 @@ def resolve_in_one_statement(
     (:mod:`.driver`: it needs no transaction, a statement reads one snapshot of the store);
     None when a table's history has a gap at the candidate barrier (resolve in a
     transaction then)."""
-    tables = _named(tables)
+    tables = named_tables(tables)
     rows = lookup.driver_lookup(engine, level).run(engine, {"tables": tables})
+    return resolved_from(tables, level, rows)
+
+
+def resolved_from(
+    tables: list[str], level: ConsistencyLevel, rows: Sequence[tuple[Any, ...]]
+) -> SnapshotSet | None:
+    """The snapshot set from the driver lookup's rows (:func:`resolve_in_one_statement`,
+    and its asynchronous twin in :mod:`.loop_reads`); None on a gap."""
     found = _from_lookup(tables, level, [Looked.from_driver(row) for row in rows])
     return None if found is None else _readable(found)
 
@@ -177,7 +186,8 @@ class _Resolved:
     horizons: dict[str, int]  # the tables' expiration horizons (those that have one)
 
 
-def _named(tables: Sequence[str]) -> list[str]:
+def named_tables(tables: Sequence[str]) -> list[str]:
+    """The tables, each once, in order; refused if none or a name no store can hold."""
     named = list(dict.fromkeys(tables))
     if not named:
         raise UnknownTableError([], hint="name at least one table to read")
