@@ -4,9 +4,11 @@ Every operation of the embedded coordinator, one endpoint each, with pydantic re
 models; errors leave as ``{"error", "message", "details"}`` with the status mapped in
 ``wire.py``, whatever refused the request (a route, validation, auth, the front door in
 ``guard.py``). Endpoints are plain ``def``: the store is synchronous and FastAPI runs them
-on its thread pool. Meta SQL and exports run on a small pool of their own, answering 429
-when it and its queue are full, so heavy queries never hold up health checks, the job
-protocol or reads; ``/healthz`` runs on the event loop and never waits for a thread.
+on its thread pool; on PostgreSQL, ``/v1/resolve`` runs on the event loop instead
+(``meta_tables/store/sql/loop_reads.py``). Meta SQL and exports run on a small pool of
+their own, answering 429 when it and its queue are full, so heavy queries never hold up
+health checks, the job protocol or reads; ``/healthz`` runs on the event loop and never
+waits for a thread.
 """
 
 from __future__ import annotations

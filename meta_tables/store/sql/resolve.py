@@ -2,7 +2,8 @@
 
 Resolution reads each table's newest barriers from ``ls_table_head`` (kept current by every
 change to the versions, :mod:`.heads`), the versions at the candidate barrier and the
-tables' expiration horizons (``ls_retention``), in one statement: a lookup per table. Only
+tables' expiration horizons (``ls_retention``), in one statement (:mod:`.lookup`, one form
+per dialect): a lookup per table. Only
 when a table's history has a gap at the candidate (a job registered late, or re-registered)
 does a fallback search the candidate's neighbourhood, still in SQL, newest first.
 :func:`resolve_by_search`, the search the heads replaced (a per-table ``max`` over the
