@@ -49,7 +49,7 @@ FROM ls_table t LEFT JOIN ls_table_head h USING (table_name) ORDER BY t.table_na
 """
 
 
-def _answer(session: Session, how: Any, tables: list[str], level: Any) -> object:
+def _answer(session: Session | None, how: Any, tables: list[str], level: Any) -> object:
     """A snapshot set, or the refusal (its type and message)."""
     try:
         return how(session, tables, level)
@@ -187,6 +187,9 @@ class HeadsMachine(RuleBasedStateMachine):
             searched = connection.execute(text(_SEARCHED_HEADS)).all()
         assert kept == searched
 
+    def _store_resolve(self, _: None, tables: list[str], level: ConsistencyLevel) -> object:
+        return self.store.resolve(tables, level)
+
     @invariant()
     def resolve_answers_as_the_search(self) -> None:
         if not hasattr(self, "queries"):
@@ -199,7 +202,7 @@ class HeadsMachine(RuleBasedStateMachine):
                     assert kept == searched, (query, level)
                     # the store's own read: the lookup on the driver's connection, then
                     # (a gap at the candidate) in a transaction
-                    read = _answer(None, lambda _, t, lv: self.store.resolve(t, lv), query, level)
+                    read = _answer(None, self._store_resolve, list(query), level)
                     assert read == searched, (query, level)
 
 
