@@ -96,9 +96,7 @@ def at_target(row: Looked, target: int | None, level: ConsistencyLevel) -> bool:
 @functools.cache
 def session_lookup(dialect: str, level: ConsistencyLevel) -> Lookup:
     """The lookup for a SQLAlchemy connection; ``:tables`` takes the list of names."""
-    if dialect == "postgresql":
-        return _seeking(level)
-    return _joined(level, TableRow.table_name.in_(bindparam("tables", expanding=True)))
+    return _lookup(dialect, level, TableRow.table_name.in_(bindparam("tables", expanding=True)))
 
 
 def driver_lookup(engine: Engine, level: ConsistencyLevel) -> driver.Statement:
@@ -106,16 +104,19 @@ def driver_lookup(engine: Engine, level: ConsistencyLevel) -> driver.Statement:
     key = (engine.dialect.name, level)
     found = _COMPILED.get(key)
     if found is None:
-        if engine.dialect.name == "postgresql":
-            statement = _seeking(level)
-        else:
-            named = driver.in_list(TableRow.table_name, "tables", engine.dialect)
-            statement = _joined(level, named)
+        named = driver.in_list(TableRow.table_name, "tables", engine.dialect)
+        statement = _lookup(engine.dialect.name, level, named)
         found = _COMPILED[key] = driver.Statement.compile(statement, engine.dialect, ["tables"])
     return found
 
 
 _COMPILED: dict[tuple[str, ConsistencyLevel], driver.Statement] = {}
+
+
+def _lookup(dialect: str, level: ConsistencyLevel, named: ColumnElement[bool]) -> Lookup:
+    """The dialect's form; ``named``, the condition naming the tables, is the joined
+    form's (the seeking form unnests the list itself)."""
+    return _seeking(level) if dialect == "postgresql" else _joined(level, named)
 
 
 def _joined(level: ConsistencyLevel, named: ColumnElement[bool]) -> Lookup:
@@ -151,15 +152,16 @@ def _seeking(level: ConsistencyLevel) -> Lookup:
     newest = H.newest_written if level.semantics.written_only else H.newest_barrier
     names = func.unnest(bindparam("tables", type_=ARRAY(String))).table_valued("name")
     names = names.render_derived("t")
-    head = select(newest.label("newest")).where(H.table_name == names.c.name).limit(_ONE)
-    head_seek = head.lateral("h")
+    head_seek = (
+        select(newest.label("newest")).where(H.table_name == names.c.name).limit(_ONE)
+    ).lateral("h")
     named = (
         select(names.c.name, head_seek.c.newest)
         .select_from(names)
         .outerjoin(head_seek, true())
         .cte("named")
     )
-    known = select(TableRow.table_name).where(TableRow.table_name == named.c.name).limit(_ONE)
+    known = select(TableRow.table_name).where(TableRow.table_name == named.c.name)
     kept = select(RetentionRow.keep_from).where(RetentionRow.table_name == named.c.name)
     if level.semantics.common_barrier:
         target: Any = select(func.min(named.c.newest)).scalar_subquery()
@@ -171,7 +173,7 @@ def _seeking(level: ConsistencyLevel) -> Lookup:
         .order_by(TV.barrier_id.desc())
         .limit(_ONE)
     )
-    known_seek, kept_seek = known.lateral("k"), kept.limit(_ONE).lateral("r")
+    known_seek, kept_seek = known.limit(_ONE).lateral("k"), kept.limit(_ONE).lateral("r")
     version_seek = version.lateral("v")
     return (
         select(known_seek.c.table_name, kept_seek.c.keep_from, named.c.newest, *version_seek.c)
