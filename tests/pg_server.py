@@ -107,6 +107,13 @@ def postgres_admin() -> Iterator[str]:
 
 @pytest.fixture
 def postgres_url(postgres_admin: str) -> Iterator[str]:
+    with fresh_database(postgres_admin) as url:
+        yield url
+
+
+@contextmanager
+def fresh_database(postgres_admin: str) -> Iterator[str]:
+    """A new, empty database on the server (dropped on exit); its URL."""
     name = f"lockstep_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(postgres_admin, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:

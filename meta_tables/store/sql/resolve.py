@@ -80,11 +80,11 @@ def _newest_rows(session: Session, newest: dict[str, int]) -> dict[str, TableVer
 
 def _versions_at(
     session: Session, tables: Sequence[str], barrier_id: int, *, written_only: bool
-) -> dict[str, TableVersionRow]:
-    query = select(TV).where(TV.table_name.in_(tables), TV.barrier_id == barrier_id)
+) -> dict[str, TableVersion]:
+    found = versions_at(session, tables, barrier_id)
     if written_only:
-        query = query.where(TV.state == WRITTEN)
-    return {row.table_name: row for row in session.scalars(query)}
+        return {t: v for t, v in found.items() if v.state is VersionState.WRITTEN}
+    return found
 
 
 def newest_common_barrier(
@@ -256,10 +256,7 @@ def _search_gap(
         lagging = [t for t in tables if newest[t] == candidate or t not in have]
         detail = ", ".join(f"{t} at {newest[t]}" for t in tables)
         raise NoConsistentBarrierError(level.value, tables, lagging, f"newest: {detail}")
-    versions = {
-        t: to_version(row)
-        for t, row in _versions_at(session, tables, common, written_only=written_only).items()
-    }
+    versions = _versions_at(session, tables, common, written_only=written_only)
     return _Resolved(SnapshotSet(level, common, {t: versions[t] for t in tables}), horizons)
 
 
@@ -278,8 +275,8 @@ def resolve_by_search(
     if empty:
         raise _no_version(level, tables, empty)
     if not level.semantics.common_barrier:
-        rows = _newest_rows(session, {t: b for t, b in newest.items() if b is not None})
-        return SnapshotSet(level, None, {t: to_version(rows[t]) for t in tables})
+        newest_rows = _newest_rows(session, {t: b for t, b in newest.items() if b is not None})
+        return SnapshotSet(level, None, {t: to_version(newest_rows[t]) for t in tables})
     candidate = min(b for b in newest.values() if b is not None)
     rows = _versions_at(session, tables, candidate, written_only=written_only)
     if len(rows) < len(tables):
@@ -292,4 +289,4 @@ def resolve_by_search(
             raise NoConsistentBarrierError(level.value, tables, lagging, f"newest: {detail}")
         candidate = common
         rows = _versions_at(session, tables, candidate, written_only=written_only)
-    return SnapshotSet(level, candidate, {t: to_version(rows[t]) for t in tables})
+    return SnapshotSet(level, candidate, {t: rows[t] for t in tables})

@@ -14,9 +14,21 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
-from sqlalchemy import Executable, bindparam, func, literal, select, union_all
+from sqlalchemy import (
+    Executable,
+    Integer,
+    Select,
+    String,
+    bindparam,
+    func,
+    literal,
+    literal_column,
+    select,
+    true,
+    union_all,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -65,9 +77,37 @@ _JOB = (
     .where(JobRow.job_id == bindparam("job_id"))
 )
 _LOCKED_JOB = _JOB.with_for_update(of=JobRow)
-_VERSIONS_AT = select(
-    TV.table_name, TV.barrier_id, TV.snapshot_id, TV.state, TV.processed_at, TV.written_at
-).where(TV.table_name.in_(bindparam("tables", expanding=True)), TV.barrier_id == bindparam("at"))
+_VERSION_COLUMNS = (
+    TV.table_name,
+    TV.barrier_id,
+    TV.snapshot_id,
+    TV.state,
+    TV.processed_at,
+    TV.written_at,
+)
+
+
+@functools.cache
+def _versions_at(dialect: str) -> Select[Unpack[tuple[Any, ...]]]:
+    """The named tables' versions at a barrier; ``:tables`` the names, ``:at`` the barrier.
+
+    On PostgreSQL the names are unnested and each version sought by primary key (``LATERAL
+    ... LIMIT 1``). Given ``table_name IN (...) AND barrier_id = :at``, its planner often
+    scanned the barrier's index instead and filtered every table's version at the barrier
+    by name: 1,000 rows read for two at 1,000 tables, fresh statistics or analyzed. SQLite
+    seeks each name of the list by primary key."""
+    if dialect != "postgresql":
+        named = TV.table_name.in_(bindparam("tables", expanding=True))
+        return select(*_VERSION_COLUMNS).where(named, TV.barrier_id == bindparam("at"))
+    names = func.unnest(bindparam("tables", type_=postgresql.ARRAY(String))).table_valued("name")
+    names = names.render_derived("t")
+    seek = (
+        select(*_VERSION_COLUMNS)
+        .where(TV.table_name == names.c.name, TV.barrier_id == bindparam("at"))
+        .limit(literal_column("1", Integer))  # a LIMIT the planner sees, not a parameter
+        .lateral("v")
+    )
+    return select(*seek.c).select_from(names).join(seek, true())
 
 
 def to_version(row: TableVersionRow) -> TableVersion:
@@ -176,7 +216,8 @@ def barrier(s: Session, barrier_id: int) -> Barrier:
 
 def versions_at(s: Session, tables: Sequence[str], barrier_id: int) -> dict[str, TableVersion]:
     """The tables' versions at a barrier (those that have one), in one statement."""
-    rows = s.connection().execute(_VERSIONS_AT, {"tables": list(tables), "at": barrier_id})
+    conn = s.connection()
+    rows = conn.execute(_versions_at(conn.dialect.name), {"tables": list(tables), "at": barrier_id})
     return {
         table: TableVersion(table, at, snapshot_id, VersionState(state), processed, written)
         for table, at, snapshot_id, state, processed, written in rows
