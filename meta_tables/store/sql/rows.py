@@ -88,15 +88,16 @@ _VERSION_COLUMNS = (
 
 
 @functools.cache
-def _versions_at(dialect: str) -> Select[Unpack[tuple[Any, ...]]]:
+def _versions_at(dialect: str, *, several: bool) -> Select[Unpack[tuple[Any, ...]]]:
     """The named tables' versions at a barrier; ``:tables`` the names, ``:at`` the barrier.
 
-    On PostgreSQL the names are unnested and each version sought by primary key (``LATERAL
-    ... LIMIT 1``). Given ``table_name IN (...) AND barrier_id = :at``, its planner often
-    scanned the barrier's index instead and filtered every table's version at the barrier
-    by name: 1,000 rows read for two at 1,000 tables, fresh statistics or analyzed. SQLite
-    seeks each name of the list by primary key."""
-    if dialect != "postgresql":
+    On PostgreSQL, for ``several`` names, the names are unnested and each version sought by
+    primary key (``LATERAL ... LIMIT 1``). Given ``table_name IN (...) AND barrier_id =
+    :at``, its planner often scanned the barrier's index instead and filtered every table's
+    version at the barrier by name: 1,000 rows read for two at 1,000 tables, fresh
+    statistics or analyzed. One name is an equality on the primary key, planned as such and
+    cheaper to plan than the seeks. SQLite seeks each name of the list by primary key."""
+    if dialect != "postgresql" or not several:
         named = TV.table_name.in_(bindparam("tables", expanding=True))
         return select(*_VERSION_COLUMNS).where(named, TV.barrier_id == bindparam("at"))
     names = func.unnest(bindparam("tables", type_=postgresql.ARRAY(String))).table_valued("name")
@@ -217,7 +218,8 @@ def barrier(s: Session, barrier_id: int) -> Barrier:
 def versions_at(s: Session, tables: Sequence[str], barrier_id: int) -> dict[str, TableVersion]:
     """The tables' versions at a barrier (those that have one), in one statement."""
     conn = s.connection()
-    rows = conn.execute(_versions_at(conn.dialect.name), {"tables": list(tables), "at": barrier_id})
+    statement = _versions_at(conn.dialect.name, several=len(tables) > 1)
+    rows = conn.execute(statement, {"tables": list(tables), "at": barrier_id})
     return {
         table: TableVersion(table, at, snapshot_id, VersionState(state), processed, written)
         for table, at, snapshot_id, state, processed, written in rows
