@@ -45,14 +45,13 @@ def check_readable(s: Session, versions: Iterable[TableVersion], what: str) -> N
     by_table = {v.table: v for v in versions}
     if not by_table:
         return
-    horizons = s.execute(
-        select(RetentionRow.table_name, RetentionRow.keep_from).where(
-            RetentionRow.table_name.in_(list(by_table))
-        )
+    query = select(RetentionRow.table_name, RetentionRow.keep_from).where(
+        RetentionRow.table_name.in_(list(by_table))
     )
-    for table, keep_from in horizons:
-        version = by_table[table]
-        if version.barrier_id < keep_from:
+    horizons = {table: keep_from for table, keep_from in s.execute(query)}
+    for table, version in by_table.items():  # the first in the caller's order is named
+        keep_from = horizons.get(table)
+        if keep_from is not None and version.barrier_id < keep_from:
             raise SnapshotExpiredError(table, version.barrier_id, keep_from, what)
 
 
