@@ -27,20 +27,17 @@ from typing import Any, NamedTuple, Unpack
 from sqlalchemy import (
     ColumnElement,
     Engine,
-    Integer,
     Select,
-    String,
     and_,
     bindparam,
     func,
-    literal_column,
     select,
     true,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 
 from lockstep.barrier.model import VersionState
 from lockstep.meta_tables.store.sql import driver
+from lockstep.meta_tables.store.sql.rows import SEEK_ONE, unnested_names
 from lockstep.meta_tables.store.sql.schema import (
     RetentionRow,
     TableHeadRow,
@@ -54,7 +51,6 @@ TV = TableVersionRow
 H = TableHeadRow
 WRITTEN = VersionState.WRITTEN.value
 _VERSION = (TV.barrier_id, TV.snapshot_id, TV.state, TV.processed_at, TV.written_at)
-_ONE = literal_column("1", Integer)  # a LIMIT the planner sees, not a parameter
 Lookup = Select[Unpack[tuple[Any, ...]]]
 
 
@@ -150,10 +146,9 @@ def _seeking(level: ConsistencyLevel) -> Lookup:
     """The lookup as index seeks driven by the named tables (PostgreSQL); the version is the
     newest at or below the target (:func:`at_target` checks it)."""
     newest = H.newest_written if level.semantics.written_only else H.newest_barrier
-    names = func.unnest(bindparam("tables", type_=ARRAY(String))).table_valued("name")
-    names = names.render_derived("t")
+    names = unnested_names()
     head_seek = (
-        select(newest.label("newest")).where(H.table_name == names.c.name).limit(_ONE)
+        select(newest.label("newest")).where(H.table_name == names.c.name).limit(SEEK_ONE)
     ).lateral("h")
     named = (
         select(names.c.name, head_seek.c.newest)
@@ -171,9 +166,9 @@ def _seeking(level: ConsistencyLevel) -> Lookup:
         select(*_VERSION)
         .where(TV.table_name == named.c.name, TV.barrier_id <= target)
         .order_by(TV.barrier_id.desc())
-        .limit(_ONE)
+        .limit(SEEK_ONE)
     )
-    known_seek, kept_seek = known.limit(_ONE).lateral("k"), kept.limit(_ONE).lateral("r")
+    known_seek, kept_seek = known.limit(SEEK_ONE).lateral("k"), kept.limit(SEEK_ONE).lateral("r")
     version_seek = version.lateral("v")
     return (
         select(known_seek.c.table_name, kept_seek.c.keep_from, named.c.newest, *version_seek.c)

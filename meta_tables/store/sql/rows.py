@@ -31,6 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.selectable import TableValuedAlias
 
 from lockstep.barrier.model import Barrier, TableVersion, VersionState
 from lockstep.errors import UnknownBarrierError, UnknownJobError
@@ -87,6 +88,16 @@ _VERSION_COLUMNS = (
 )
 
 
+SEEK_ONE = literal_column("1", Integer)  # a LIMIT the planner sees, not a parameter
+
+
+def unnested_names() -> TableValuedAlias:
+    """The list of names bound to ``:tables`` as rows ``t(name)``, to drive one seek per
+    name (PostgreSQL)."""
+    names = func.unnest(bindparam("tables", type_=postgresql.ARRAY(String)))
+    return names.table_valued("name").render_derived("t")
+
+
 @functools.cache
 def _versions_at(dialect: str, *, several: bool) -> Select[Unpack[tuple[Any, ...]]]:
     """The named tables' versions at a barrier; ``:tables`` the names, ``:at`` the barrier.
@@ -100,12 +111,11 @@ def _versions_at(dialect: str, *, several: bool) -> Select[Unpack[tuple[Any, ...
     if dialect != "postgresql" or not several:
         named = TV.table_name.in_(bindparam("tables", expanding=True))
         return select(*_VERSION_COLUMNS).where(named, TV.barrier_id == bindparam("at"))
-    names = func.unnest(bindparam("tables", type_=postgresql.ARRAY(String))).table_valued("name")
-    names = names.render_derived("t")
+    names = unnested_names()
     seek = (
         select(*_VERSION_COLUMNS)
         .where(TV.table_name == names.c.name, TV.barrier_id == bindparam("at"))
-        .limit(literal_column("1", Integer))  # a LIMIT the planner sees, not a parameter
+        .limit(SEEK_ONE)
         .lateral("v")
     )
     return select(*seek.c).select_from(names).join(seek, true())
