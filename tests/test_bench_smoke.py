@@ -188,3 +188,24 @@ def test_registration_benchmark_times_the_nth_job_beside_the_whole_graph_check(
         assert figures[op]["baseline"] == "floor: insert+commit", op
     assert result["total_s"] > 0
     assert "300 registrations in" in stdout
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_plans_benchmark_prints_each_statement_with_the_rows_it_read(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "plans.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    tables = result.stdout.split("\nstatistics: ")[1:]
+    assert [t.split(";")[0] for t in tables] == ["none (a new store)", "after ANALYZE"]
+    for table in tables:
+        header, _rule, *rows = table.splitlines()[1:]
+        assert header.split()[:7] == ["trap", "runs", "ms", "ms/run", "x", "SELECT", "1"]
+        statements = [row for row in rows if "ls_table_version" in row]
+        assert statements, table
+        assert "baseline SELECT 1: " in table.splitlines()[0]

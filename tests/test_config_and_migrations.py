@@ -91,6 +91,10 @@ def test_a_version_1_store_gains_the_operations_tables_and_heartbeats(tmp_path: 
             )
         )
         connection.execute(text("DROP INDEX ix_ls_job_source_table_name"))  # before version 5
+        connection.execute(text("DROP INDEX ix_ls_table_version_barrier_table"))  # before 7
+        connection.execute(
+            text("CREATE INDEX ix_ls_table_version_barrier ON ls_table_version (barrier_id)")
+        )
         connection.execute(insert(SchemaVersionRow).values(version=1, applied_at=_EPOCH))
         connection.execute(text("INSERT INTO ls_barrier (barrier_id, ts) VALUES (1, 0)"))
         connection.execute(text("INSERT INTO ls_job_instance VALUES ('j', 1, 0)"))
@@ -101,11 +105,16 @@ def test_a_version_1_store_gains_the_operations_tables_and_heartbeats(tmp_path: 
     assert store.list_barriers()[0].barrier_id == 1  # data kept
     assert store.revisions() == []
     with store.engine.connect() as connection:
-        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 6
+        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 7
         kept = connection.execute(text("SELECT job_id, token, seen_at FROM ls_job_instance"))
         assert kept.all() == [("j", 1, None)]  # the instance kept, never seen since
     indexes = {i["name"] for i in inspect(store.engine).get_indexes("ls_job_source")}
     assert "ix_ls_job_source_table_name" in indexes
+    indexes = {
+        i["name"]: i["column_names"] for i in inspect(store.engine).get_indexes("ls_table_version")
+    }
+    assert indexes["ix_ls_table_version_barrier_table"] == ["barrier_id", "table_name"]
+    assert "ix_ls_table_version_barrier" not in indexes
     store.close()
 
 
@@ -143,7 +152,7 @@ def test_a_version_5_store_gains_table_heads_filled_from_its_versions(tmp_path: 
     store = SqlMetadataStore.open(url)
     assert "ls_table_head" in inspect(store.engine).get_table_names()
     with store.engine.connect() as connection:
-        assert migrations.stored_version(connection) == 6
+        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION
         heads = connection.execute(
             text("SELECT table_name, newest_barrier, newest_written FROM ls_table_head")
         )

@@ -22,11 +22,12 @@ from lockstep.meta_tables.store.sql.schema import (
     JobSourceRow,
     SchemaVersionRow,
     TableHeadRow,
+    TableVersionRow,
 )
 
 MigrationStep = Callable[[Connection], None]
 
-CURRENT_VERSION = 6
+CURRENT_VERSION = 7
 _PG_MIGRATION_LOCK = 0x4C6F636B  # advisory lock key: one migrating process at a time
 
 
@@ -79,6 +80,18 @@ def _add_table_heads(connection: Connection) -> None:
     heads.rebuild(connection)
 
 
+def _index_versions_by_barrier_and_table(connection: Connection) -> None:
+    """Version 7: a barrier's versions indexed with their table (``schema.TableVersionRow``),
+    in place of the barrier alone."""
+    table = Base.metadata.tables[TableVersionRow.__tablename__]
+    index = next(i for i in table.indexes if i.name == _V7_INDEX)
+    index.create(connection, checkfirst=True)
+    connection.execute(text("DROP INDEX IF EXISTS ix_ls_table_version_barrier"))
+
+
+_V7_INDEX = "ix_ls_table_version_barrier_table"
+
+
 # STEPS[v] upgrades a store from version v-1 to version v. Version 1 is the first release.
 STEPS: dict[int, MigrationStep] = {
     2: _add_operations_tables,
@@ -86,6 +99,7 @@ STEPS: dict[int, MigrationStep] = {
     4: _add_iceberg_catalog_tables,
     5: _index_job_sources_by_table,
     6: _add_table_heads,
+    7: _index_versions_by_barrier_and_table,
 }
 
 

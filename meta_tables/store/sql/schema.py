@@ -113,7 +113,11 @@ class TableVersionRow(Base):
     __table_args__ = (
         # Newest WRITTEN version of a table: an index-only max() lookup.
         Index("ix_ls_table_version_state", "table_name", "state", "barrier_id"),
-        Index("ix_ls_table_version_barrier", "barrier_id"),
+        # A barrier's versions (schema version 7: with the table, so that a look at one
+        # table at a barrier seeks here too, whichever index the planner takes: PostgreSQL's
+        # statistics never know the newest barrier, and chose this index over the primary
+        # key, then read every table's version at the barrier to find one).
+        Index("ix_ls_table_version_barrier_table", "barrier_id", "table_name"),
     )
 
 

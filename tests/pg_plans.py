@@ -1,0 +1,186 @@
+"""The statements one barrier sends to a PostgreSQL store, and what the server read to
+answer each: for ``tests/test_postgres_plans.py`` and ``bench/plans.py``.
+
+A planner trap (a scan where a seek was meant) costs nothing at a test's size and grows
+with the number of jobs: at 1,000 jobs, looking up two tables' versions read 1,000 rows.
+This drives a barrier through pipelines of jobs in one process (the job protocol's calls,
+in order, no threads), captures every statement the store sends, and runs
+``EXPLAIN ANALYZE`` on each distinct one: the rows read from tables and indexes, beside
+the rows it returned or changed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine, event, text
+
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
+from lockstep.topology.model import JobSpec
+
+LAYERS, PER_LAYER = 5, 2  # a pipeline: ten jobs, five deep
+# statements with nothing to plan, or whose plan is not the point
+_UNPLANNED = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "SET ", "SHOW ")
+_SCANS = ("Seq Scan", "Index Scan", "Index Only Scan", "Bitmap Index Scan")
+
+
+def pipelines(jobs: int) -> list[JobSpec]:
+    """``jobs`` jobs (a multiple of ten) in pipelines of ten, five layers of two, one sink
+    each: a job below the first layer reads one table above it, or both."""
+    specs = []
+    for p in range(jobs // (LAYERS * PER_LAYER)):
+        for layer in range(LAYERS):
+            for k in range(PER_LAYER):
+                above = [f"p{p}_t{layer - 1}_{i}" for i in range(PER_LAYER)] if layer else []
+                sources = tuple(above if k % 2 else above[:1])
+                specs.append(JobSpec(f"p{p}_j{layer}_{k}", sources, (f"p{p}_t{layer}_{k}",)))
+    return specs
+
+
+def run_barrier(store: SqlMetadataStore, jobs: Sequence[JobSpec], tokens: Mapping[str, int]) -> int:
+    """Issue a barrier and take every job through it, layer by layer, as the jobs would;
+    the barrier's id."""
+    barrier = store.issue_barrier().barrier_id
+    pending = list(jobs)
+    while pending:
+        later = []
+        for job in pending:
+            token = tokens[job.job_id]
+            found = store.next_barrier(job.job_id, token)
+            if found is None or found.barrier_id != barrier:
+                later.append(job)
+                continue
+            snapshots = {t: barrier for t in job.sinks}
+            store.report_processed(job.job_id, token, barrier, snapshots)
+            store.report_written_and_next(job.job_id, token, barrier)
+        if len(later) == len(pending):
+            raise AssertionError(f"{len(later)} jobs never got barrier {barrier}")
+        pending = later
+    return barrier
+
+
+@dataclass
+class Sent:
+    """One distinct statement: each run's seconds (at the driver) and parameters."""
+
+    statement: str
+    runs: list[tuple[float, Any]] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return sum(s for s, _ in self.runs)
+
+
+@contextmanager
+def captured(engine: Engine) -> Iterator[dict[str, Sent]]:
+    """Every statement ``engine`` sends while the block runs, by its text."""
+    sent: dict[str, Sent] = {}
+
+    def before(conn: Any, _cursor: Any, *_: Any) -> None:
+        conn.info["lockstep_sent_at"] = time.perf_counter()
+
+    def after(conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        seconds = time.perf_counter() - conn.info.pop("lockstep_sent_at", time.perf_counter())
+        sent.setdefault(statement, Sent(statement)).runs.append((seconds, parameters))
+
+    event.listen(engine, "before_cursor_execute", before)
+    event.listen(engine, "after_cursor_execute", after)
+    try:
+        yield sent
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+        event.remove(engine, "after_cursor_execute", after)
+
+
+def plannable(statement: str) -> bool:
+    """Whether the statement reads rows through a plan worth checking (an ``INSERT`` of
+    values reads none, and running it again would only collide with the row it added)."""
+    head = " ".join(statement.upper().split())
+    inserts_values = head.startswith("INSERT ") and " VALUES " in head and "SELECT" not in head
+    return not (head.startswith(_UNPLANNED) or inserts_values or "PG_NOTIFY" in head)
+
+
+def explain(engine: Engine, statement: str, parameters: Any) -> dict[str, Any]:
+    """The plan the server ran for the statement (``EXPLAIN ANALYZE``, rolled back)."""
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, parameters)
+        (plan,) = cursor.fetchone()
+        raw.rollback()
+    finally:
+        raw.close()
+    found: dict[str, Any] = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    return found
+
+
+def rows_read(node: Mapping[str, Any]) -> int:
+    """Rows the plan read from tables and indexes, over all its loops (a bitmap heap scan's
+    rows are counted at its index scan, plus those its filter removed)."""
+    loops = node.get("Actual Loops", 1)
+    removed = node.get("Rows Removed by Filter", 0) + node.get("Rows Removed by Index Recheck", 0)
+    read = 0
+    if node["Node Type"] in _SCANS:
+        read = round((node["Actual Rows"] + removed) * loops)
+    elif node["Node Type"] == "Bitmap Heap Scan":
+        read = round(removed * loops)
+    return read + sum(rows_read(child) for child in node.get("Plans", []))
+
+
+def rows_out(node: Mapping[str, Any]) -> int:
+    """Rows the statement returned, or changed (a write's plan returns none itself)."""
+    out = round(node["Actual Rows"] * node.get("Actual Loops", 1))
+    if node["Node Type"] == "ModifyTable":
+        out = max([out, *(round(c["Actual Rows"]) for c in node.get("Plans", []))])
+    return out
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One distinct statement's plan: how often it ran, and the worst of its runs checked."""
+
+    statement: str
+    runs: int
+    seconds: float
+    read: int
+    out: int
+
+
+def check_plans(engine: Engine, sent: Mapping[str, Sent], samples: int = 2) -> list[Checked]:
+    """Explain each plannable statement's first run and its slowest (``samples`` runs at
+    most); the run that read the most, per statement, costliest first."""
+    checked = []
+    for s in sent.values():
+        if not plannable(s.statement):
+            continue
+        picks: Sequence[tuple[float, Any]] = [s.runs[0], max(s.runs, key=lambda r: r[0])]
+        worst = None
+        for _, parameters in picks[:samples]:
+            plan = explain(engine, s.statement, parameters)
+            read, out = rows_read(plan), rows_out(plan)
+            if worst is None or read > worst[0]:
+                worst = (read, out)
+        assert worst is not None
+        checked.append(Checked(s.statement, len(s.runs), s.seconds, *worst))
+    return sorted(checked, key=lambda c: -c.seconds)
+
+
+def freeze_statistics(engine: Engine) -> None:
+    """Keep autovacuum off the store's tables: the planner sees the statistics a new
+    store has (none), whatever the server's autovacuum timing."""
+    with engine.begin() as conn:
+        names = conn.execute(
+            text("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+        ).scalars()
+        for name in list(names):
+            conn.execute(text(f'ALTER TABLE "{name}" SET (autovacuum_enabled = false)'))
+
+
+def analyze(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("ANALYZE"))

@@ -1,0 +1,87 @@
+"""On PostgreSQL, no statement of a barrier's path reads rows in proportion to the number
+of jobs: each reads about what it returns or changes. Checked on the plans the server ran
+(``EXPLAIN ANALYZE``) for every distinct statement of one barrier through
+:data:`JOBS` jobs, with the statistics of a new store (none) and after ``ANALYZE``.
+
+The traps this guards against were real. Looking up two tables' versions at a barrier took
+the barrier's index and read every table's version there (``rows._versions_at``, fixed by
+seeking each table). Then this test found that even a primary-key lookup of one table at
+the barrier did the same, with no statistics and after ``ANALYZE`` alike: the statistics
+never cover the newest barrier, so the planner took the barrier's index, which then held
+only the barrier (fixed by schema version 7, which indexes the table with the barrier).
+A statement run only once or twice a barrier (finding the root jobs) may read all jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from pg_plans import (
+    Checked,
+    analyze,
+    captured,
+    check_plans,
+    freeze_statistics,
+    pipelines,
+    run_barrier,
+)
+from pg_server import fresh_database
+
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
+from lockstep.topology.model import JobSpec
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+JOBS = 500  # a scan of the jobs' rows reads 10x the allowance below
+WARM_BARRIERS = 3  # history under the checked barrier
+ALLOWED = 50  # rows a statement run for each job may read...
+PER_ROW = 8  # ...or this many per row it returns or changes
+ONCE = 3  # a statement run this often a barrier is the barrier's own (finding the root jobs)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    store: SqlMetadataStore
+    jobs: list[JobSpec]
+    tokens: dict[str, int]
+
+
+@pytest.fixture(scope="module")
+def fleet(postgres_admin: str) -> Iterator[Fleet]:
+    """:data:`JOBS` attached jobs on a new store, :data:`WARM_BARRIERS` barriers done."""
+    with fresh_database(postgres_admin) as url:
+        store = SqlMetadataStore.open(url)
+        try:
+            freeze_statistics(store.engine)
+            jobs = pipelines(JOBS)
+            store.register_jobs(jobs)
+            tokens = {j.job_id: store.attach(j.job_id).token for j in jobs}
+            for _ in range(WARM_BARRIERS):
+                run_barrier(store, jobs, tokens)
+            yield Fleet(store, jobs, tokens)
+        finally:
+            store.close()
+
+
+def _too_many(checked: list[Checked]) -> list[str]:
+    return [
+        f"read {c.read} rows for {c.out} ({c.runs} runs): " + " ".join(c.statement.split())
+        for c in checked
+        if c.runs > ONCE and c.read > max(ALLOWED, PER_ROW * c.out)
+    ]
+
+
+@pytest.mark.parametrize("statistics", ["none", "analyzed"])
+def test_no_statement_of_a_barrier_reads_in_proportion_to_the_jobs(
+    fleet: Fleet, statistics: str
+) -> None:
+    engine = fleet.store.engine
+    if statistics == "analyzed":
+        analyze(engine)
+    with captured(engine) as sent:
+        run_barrier(fleet.store, fleet.jobs, fleet.tokens)
+    checked = check_plans(engine, sent)
+    # the barrier's path was captured: its reports and looks, not only bookkeeping
+    assert sum(c.runs for c in checked) >= 3 * JOBS
+    assert any("ls_table_version" in c.statement for c in checked)
+    assert _too_many(checked) == []
