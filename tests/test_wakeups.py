@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 
 import pytest
+from heard import ISSUE_IN_ANOTHER_PROCESS, WAIT_S, Heard
 from pipelines import SHOPPING, register, snapshot_id
 from sqlalchemy import text
 
@@ -18,31 +18,7 @@ from lockstep.meta_tables.store.sql import wakeups
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.topology.model import JobSpec
 
-WAIT_S = 30.0  # how long a test waits for a wake-up that should come at once
 OTHER = JobSpec("other", sources=("elsewhere",), sinks=("other_out",))
-
-
-class Heard:
-    """The wake-ups a subscriber received, with a way to wait for one."""
-
-    def __init__(self) -> None:
-        self.jobs: list[frozenset[str] | None] = []
-        self._changed = threading.Condition()
-
-    def __call__(self, jobs: frozenset[str] | None) -> None:
-        with self._changed:
-            self.jobs.append(jobs)
-            self._changed.notify_all()
-
-    def wait_for(self, wanted: frozenset[str] | None) -> None:
-        with self._changed:
-            found = self._changed.wait_for(lambda: wanted in self.jobs, timeout=WAIT_S)
-        assert found, f"no wake-up for {wanted}; heard {self.jobs}"
-
-    def take(self) -> list[frozenset[str] | None]:
-        with self._changed:
-            taken, self.jobs = self.jobs, []
-        return taken
 
 
 @pytest.fixture
@@ -111,14 +87,6 @@ def test_unsubscribed_store_skips_announcing(sqlite_store: SqlMetadataStore) -> 
 
 
 # -- PostgreSQL: other processes ----------------------------------------------------------
-
-ISSUE_IN_ANOTHER_PROCESS = """
-import sys
-from lockstep.meta_tables.store.sql.store import SqlMetadataStore
-store = SqlMetadataStore.open(sys.argv[1])
-store.issue_barrier()
-store.close()
-"""
 
 
 @pytest.mark.postgres

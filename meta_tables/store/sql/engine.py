@@ -14,7 +14,8 @@ that for speed, for those who accept the risk (docs/benchmarks.md measures the c
 PostgreSQL connections are pooled: :data:`PG_POOL_SIZE` kept open (a new connection costs
 the server a process), and a connection is pinged before use only when it has sat idle in
 the pool for :data:`IDLE_PING_S` (a dropped connection is replaced), not on every checkout:
-under load a ping per transaction is one round trip in five of a heartbeat.
+under load a ping per transaction is one round trip in five of a heartbeat. Options of
+the URL for a store behind PgBouncer in transaction mode are in :mod:`.pg_options`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.pool import StaticPool
 
 from lockstep.errors import ConfigurationError
+from lockstep.meta_tables.store.sql.pg_options import OPTIONS, PgOptions, connect_options
 
 WRITE_OPTION = "lockstep_write"
 SQLITE_BUSY_TIMEOUT_MS = 60_000
@@ -64,6 +66,7 @@ def create_store_engine(url: str) -> Engine:
     if backend == "postgresql":
         if parsed.drivername == "postgresql":
             parsed = parsed.set(drivername="postgresql+psycopg")
+        PgOptions.of(parsed)  # Lockstep's options in the URL: wrong ones fail here
         try:
             engine = create_engine(
                 parsed, pool_size=PG_POOL_SIZE, max_overflow=PG_POOL_OVERFLOW, future=True
@@ -73,6 +76,7 @@ def create_store_engine(url: str) -> Engine:
                 "the PostgreSQL store needs the psycopg driver: pip install 'lockstep[postgres]'"
             ) from e
         _ping_when_idle(engine)
+        _apply_options(engine)
         return engine
     raise ConfigurationError(
         f"unsupported store URL {url!r}: use sqlite:///PATH or postgresql://USER@HOST/DB"
@@ -104,6 +108,17 @@ def _sqlite_engine(url: URL, *, in_memory: bool, synchronous: str) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+def _apply_options(engine: Engine) -> None:
+    """Connect with Lockstep's options in the URL applied, and out of libpq's way."""
+    options = connect_options(engine.url)
+
+    @event.listens_for(engine, "do_connect")
+    def _connect(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
+        for name in OPTIONS:
+            cparams.pop(name, None)
+        cparams.update(options)
 
 
 def _ping_when_idle(engine: Engine) -> None:

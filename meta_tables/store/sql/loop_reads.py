@@ -25,6 +25,7 @@ from sqlalchemy import Engine
 
 from lockstep.errors import StoreError
 from lockstep.meta_tables.store.sql import lookup, resolve
+from lockstep.meta_tables.store.sql.pg_options import connect_options, server_url
 from lockstep.readers.model import ConsistencyLevel, SnapshotSet
 
 CONNECTIONS = 4  # statements at once per process: each is ~0.2 ms of the server's time
@@ -41,7 +42,8 @@ class LoopReads:
         if engine.dialect.name != "postgresql":
             raise ValueError(f"LoopReads reads PostgreSQL, not {engine.dialect.name}")
         self._engine = engine
-        self._arguments = engine.dialect.create_connect_args(engine.url)
+        arguments, options = engine.dialect.create_connect_args(server_url(engine.url))
+        self._arguments = arguments, {**options, **connect_options(engine.url)}
         self._connections = connections
         self._slots: asyncio.Semaphore | None = None  # made on the loop that uses it
         self._idle: list[psycopg.AsyncConnection[Any]] = []

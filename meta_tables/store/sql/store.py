@@ -51,6 +51,7 @@ from lockstep.meta_tables.store.sql.engine import (
     create_store_engine,
 )
 from lockstep.meta_tables.store.sql.migrations import migrate
+from lockstep.meta_tables.store.sql.pg_options import POOLER_HINT, pooler_error
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     JobBarrierRow,
@@ -80,7 +81,14 @@ def _read_errors() -> Iterator[None]:
     except (OverflowError, DataError) as e:
         raise _out_of_range(e) from e
     except DBAPIError as e:
-        raise StoreError(f"metadata store read failed: {e.orig}") from e
+        raise StoreError(f"metadata store read failed: {_described(e)}") from e
+
+
+def _described(error: DBAPIError) -> str:
+    """The driver's error, and what to do when it is a pooler's doing."""
+    if pooler_error(error.orig):
+        return f"{error.orig}; {POOLER_HINT}"
+    return str(error.orig)
 
 
 def _out_of_range(error: Exception) -> InvalidRequestError:
@@ -144,7 +152,7 @@ class SqlMetadataStore(MetadataStore):
                 raise _out_of_range(e) from e
             except DBAPIError as e:
                 if attempt == MAX_ATTEMPTS or not _retryable(e):
-                    raise StoreError(f"metadata store write failed: {e.orig}") from e
+                    raise StoreError(f"metadata store write failed: {_described(e)}") from e
         raise AssertionError("unreachable")
 
     def _read(self, work: Callable[[Session], T]) -> T:

@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy import Engine, bindparam, event, exists, func, select
 from sqlalchemy.orm import Session
 
+from lockstep.meta_tables.store.sql.pg_options import listen_conninfo
 from lockstep.meta_tables.store.sql.schema import JobRow, JobSourceRow
 
 # The jobs a write may concern; None: every job.
@@ -215,8 +216,7 @@ class Listener:
     delivers a wake-up for every job, since announcements may have been missed meanwhile."""
 
     def __init__(self, engine: Engine, deliver: WakeCallback) -> None:
-        url = engine.url.set(drivername="postgresql")
-        self._conninfo = url.render_as_string(hide_password=False)
+        self._conninfo = listen_conninfo(engine.url)  # the server, even behind a pooler
         self._deliver = deliver
         self._stop = threading.Event()
         self.listening = threading.Event()  # set while LISTEN is in force
