@@ -17,17 +17,13 @@ The baseline, measured in the same run: ``SELECT 1`` on the same connection pool
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _backends import _tests_helpers, postgres_database, postgres_version
+from _output import format_rows, say
+from sqlalchemy import Engine, text
 
-from _backends import _tests_helpers, postgres_database, postgres_version  # noqa: E402
-from _output import format_rows, say  # noqa: E402
-from sqlalchemy import Engine, text  # noqa: E402
-
-from lockstep.meta_tables.store.sql.store import SqlMetadataStore  # noqa: E402
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
 ONCE, ALLOWED, PER_ROW = 3, 50, 8  # as tests/test_postgres_plans.py judges a plan
 
