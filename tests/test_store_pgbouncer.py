@@ -1,31 +1,37 @@
 """The store through PgBouncer in transaction mode, as a platform runs many coordinator
 replicas against one database: the store contract holds with ``prepare_threshold=none``,
 the job protocol from many threads at once loses nothing, a store without the option
-fails with an error that names it, and other processes' writes still wake this one's
-waiting jobs when the listener connects to the server (``listen_port``)."""
+fails with an error that names it, other processes' writes still wake this one's waiting
+jobs when the listener connects to the server (``listen_port``), and ``lockstep serve``
+with two workers serves the protocol and its event-loop reads (``loop_reads``) through it."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from conftest import FakeClock
 from heard import ISSUE_IN_ANOTHER_PROCESS, WAIT_S, Heard
 from pgbouncer import through, transaction_pooler
 from pipelines import register
+from service_fixtures import serve_process, wait_healthy
 from sqlalchemy import make_url
 from store_contract import StoreContract
 
 from lockstep.errors import StoreError
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
+from lockstep.remote import RemoteMetadataStore
 from lockstep.topology.model import JobSpec
 
 pytestmark = pytest.mark.postgres
 THREADS, ROUNDS = 8, 12  # enough transactions at once to spread over the pooler's servers
+TOKEN = "pooled-admin-token-00001"
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +58,7 @@ class TestStoreBehindPgBouncer(StoreContract):
         store.close()
 
 
-def _many_jobs_at_once(store: SqlMetadataStore) -> None:
+def _many_jobs_at_once(store: MetadataStore) -> None:
     """:data:`THREADS` root jobs, each through :data:`ROUNDS` barriers on its own thread."""
     jobs = [
         JobSpec(f"job_{i}", external_sources=(f"feed_{i}",), sinks=(f"t_{i}",))
@@ -112,3 +118,25 @@ def test_another_process_wakes_this_one_through_the_pooler(postgres_url: str, po
         if unsubscribe is not None:
             unsubscribe()
         store.close()
+
+
+@pytest.mark.slow
+def test_the_service_with_two_workers_through_the_pooler(
+    postgres_url: str, pooler: int, tmp_path: Path
+) -> None:
+    url = _pooled(postgres_url, pooler, prepare_threshold="none")
+    process, service = serve_process(tmp_path, url, TOKEN, "--workers", "2")
+    try:
+        wait_healthy(service, process, timeout_s=60)
+        admin = RemoteMetadataStore(service, token=TOKEN)
+        _many_jobs_at_once(admin)  # reports from eight threads, over both workers
+        tables = [f"t_{i}" for i in range(THREADS)]
+        with ThreadPoolExecutor(4) as pool:  # resolves on the workers' event loops
+            answers = list(pool.map(lambda _: admin.resolve(tables), range(40)))
+        assert {a.barrier_id for a in answers} == {ROUNDS}
+        assert {v.snapshot_id for v in answers[0].versions.values()} == {ROUNDS}
+        admin.close()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        stderr = process.communicate(timeout=60)[1]
+    assert "Traceback" not in stderr, stderr
