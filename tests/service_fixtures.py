@@ -48,6 +48,14 @@ def serve_process(
     return process, f"http://127.0.0.1:{port}"
 
 
+def stopped(process: subprocess.Popen[str], *, timeout_s: float = 60.0) -> str:
+    """Stop a service started by :func:`serve_process` (SIGTERM, if it still runs) and
+    wait for it to exit; its stderr."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    return process.communicate(timeout=timeout_s)[1]
+
+
 def wait_healthy(url: str, process: subprocess.Popen[Any], *, timeout_s: float) -> None:
     """Until ``/healthz`` at ``url`` answers 200; fail if ``process`` exits first or
     ``timeout_s`` passes (the exit shows the end of its stderr)."""
@@ -107,8 +115,7 @@ def stop_with_polls_out(
     process.send_signal(signal.SIGTERM)
     for poller in pollers:
         poller.join(30)
-    _, stderr = process.communicate(timeout=30)
-    return answers, stderr
+    return answers, stopped(process, timeout_s=30)
 
 
 @contextmanager

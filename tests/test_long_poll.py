@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import ClassVar
 
+import anyio
 import httpx
 import pytest
 from conftest import FakeClock
@@ -284,3 +285,52 @@ def test_a_poll_after_written_and_next_found_nothing_does_not_look_again(
     store.issue_barrier()  # announces the root job
     assert _poll(url, "load_shopping", token, WAIT_S).json()["barrier_id"] == 2
     assert CountingStore.looks == 1
+
+
+class HeldLooks(SqlMetadataStore):
+    """Looks that hold their thread until released, counting how many run at once."""
+
+    release: ClassVar[threading.Event]
+    running: ClassVar[int] = 0
+    most: ClassVar[int] = 0
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def next_barrier(self, job_id: str, token: int) -> Barrier | None:
+        cls = type(self)
+        with cls._lock:
+            cls.running += 1
+            cls.most = max(cls.most, cls.running)
+        try:
+            cls.release.wait(WAIT_S)
+            return None
+        finally:
+            with cls._lock:
+                cls.running -= 1
+
+
+def test_a_wave_of_looks_holds_only_its_share_of_the_threads(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    HeldLooks.release, HeldLooks.running, HeldLooks.most = threading.Event(), 0, 0
+    store = HeldLooks.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
+    waits = BarrierWaits(store, looks_at_once=2)
+
+    async def wave() -> tuple[int, str]:
+        threads = anyio.to_thread.current_default_thread_limiter()
+        threads.total_tokens = 4  # as the service sizes it (``threads``)
+        polls = [asyncio.ensure_future(waits.next_barrier(f"job{i}", 1, 0)) for i in range(8)]
+        deadline = time.monotonic() + WAIT_S
+        while HeldLooks.running < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        borrowed = int(threads.borrowed_tokens)  # the looks count against the threads
+        # another call still gets a thread while the looks hold theirs
+        other = await asyncio.wait_for(anyio.to_thread.run_sync(lambda: "other"), WAIT_S)
+        HeldLooks.release.set()
+        assert await asyncio.gather(*polls) == [None] * 8
+        return borrowed, other
+
+    borrowed, other = asyncio.run(wave())
+    waits.close()
+    store.close()
+    assert (borrowed, other) == (2, "other")
+    assert HeldLooks.most == 2  # eight polls woke at once; two looked at a time

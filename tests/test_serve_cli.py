@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 
 import pytest
-from service_fixtures import serve_process, stop_with_polls_out, wait_healthy
+from service_fixtures import serve_process, stop_with_polls_out, stopped, wait_healthy
 
 import lockstep
 from lockstep.service.server import SHUTDOWN_GRACE_S
@@ -30,8 +29,7 @@ def test_serve_from_the_command_line(tmp_path: Path) -> None:
             time.sleep(0.05)
         assert ls.barriers(limit=1)[0].barrier_id >= 1
     finally:
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
+        stderr = stopped(process, timeout_s=30)
     assert process.returncode == 0, stderr
     assert f"Lockstep coordinator on {url}" in stderr
     assert TOKEN not in stderr  # the token is never logged

@@ -3,14 +3,13 @@ replica; a long poll answered by one is woken by a write another made. SQLite is
 
 from __future__ import annotations
 
-import signal
 import threading
 from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from service_fixtures import serve_process, stop_with_polls_out, wait_healthy
+from service_fixtures import serve_process, stop_with_polls_out, stopped, wait_healthy
 
 from lockstep.barrier.model import Barrier
 from lockstep.errors import ConfigurationError
@@ -75,9 +74,8 @@ def test_two_workers_serve_one_port_and_wake_each_others_polls(
         assert [(a.status_code, a.json()) for a in answers] == [(200, None)]
         assert "Traceback" not in stderr, stderr
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            stderr = process.communicate(timeout=60)[1]
+        if process.poll() is None:  # else stop_with_polls_out stopped it
+            stderr = stopped(process)
     assert TOKEN not in stderr
 
 

@@ -7,7 +7,6 @@ with two workers serves the protocol and its event-loop reads (``loop_reads``) t
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from conftest import FakeClock
 from heard import ISSUE_IN_ANOTHER_PROCESS, WAIT_S, Heard
 from pgbouncer import through, transaction_pooler
 from pipelines import register
-from service_fixtures import serve_process, wait_healthy
+from service_fixtures import serve_process, stopped, wait_healthy
 from sqlalchemy import make_url
 from store_contract import StoreContract
 
@@ -137,6 +136,5 @@ def test_the_service_with_two_workers_through_the_pooler(
         assert {v.snapshot_id for v in answers[0].versions.values()} == {ROUNDS}
         admin.close()
     finally:
-        process.send_signal(signal.SIGTERM)
-        stderr = process.communicate(timeout=60)[1]
+        stderr = stopped(process)
     assert "Traceback" not in stderr, stderr

@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from lockstep.meta_tables.store.sql.loop_reads import LoopReads
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
-DEFAULT_THREADS = 12  # plain-def endpoints running at once (AnyIO's default is 40)
+DEFAULT_THREADS = 4  # store calls running at once per process (AnyIO's default is 40)
 
 
 def create_app(
@@ -95,9 +95,11 @@ def create_app(
     catalog the service tells its clients about (the ``[catalog]`` table); ``iceberg``, if
     given, the Iceberg REST catalog it serves under ``/iceberg`` (``iceberg/mount.py``).
 
-    ``threads``: how many plain-``def`` endpoints run at once. The work is mostly Python
-    holding the GIL between short store round trips, so a few threads keep the process
-    busy; more only contend for the GIL (and for the store's connection pool)."""
+    ``threads``: how many calls run on threads at once (plain-``def`` endpoints, and the
+    long polls' looks, which hold at most half). The work is mostly Python holding the
+    GIL between short store round trips, so a few threads keep the process busy; more
+    only contend for the GIL: a 1,000-job barrier took 19% less time with 4 than with 12
+    (docs/benchmarks.md, Platform, "Eighth round")."""
     app = FastAPI(title="Lockstep coordinator", version="1")
 
     async def _size_thread_pool() -> None:
@@ -135,7 +137,7 @@ def create_app(
     _add_catalog(app, catalog, serves_iceberg=iceberg is not None)
     _add_topology(app, store)
     _add_barriers(app, store)
-    watch_long_polls(app, add_job_protocol(app, store))
+    watch_long_polls(app, add_job_protocol(app, store, threads=threads))
     _add_reads(app, store, max_leases_per_caller=max_leases_per_caller)
     _add_operations(app, store)
     _add_leadership(app, store)

@@ -28,13 +28,14 @@ from lockstep.service.requests import (
     WaitS,
     WrittenIn,
 )
-from lockstep.service.wakeup import BarrierWaits
+from lockstep.service.wakeup import LOOKS_AT_ONCE, BarrierWaits
 
 
-def add_job_protocol(app: FastAPI, store: MetadataStore) -> BarrierWaits:
+def add_job_protocol(app: FastAPI, store: MetadataStore, *, threads: int) -> BarrierWaits:
     """The job protocol's routes on ``app``; returns the long polls' :class:`BarrierWaits`
-    (closed when the app shuts down)."""
-    waits = BarrierWaits(store)
+    (closed when the app shuts down). ``threads``: the service's (the looks of its long
+    polls hold at most half of them)."""
+    waits = BarrierWaits(store, looks_at_once=max(1, min(LOOKS_AT_ONCE, threads // 2)))
     app.state.barrier_waits = waits
     app.router.on_shutdown.append(waits.close)
 

@@ -33,7 +33,7 @@ class ServiceSettings(BaseSettings):
     sql_max_rows: int = Field(default=10_000, gt=0)
     sql_concurrency: int = Field(default=4, gt=0)  # meta queries running at once
     sql_queue: int = Field(default=16, ge=0)  # and waiting; beyond: 429
-    threads: int = Field(default=12, gt=0)  # other endpoints running at once (app.py)
+    threads: int = Field(default=4, gt=0)  # store calls running at once per process (app.py)
     workers: int = Field(default=1, gt=0)  # processes serving one port (PostgreSQL only)
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     max_leases_per_caller: int = Field(default=1_000, gt=0)

@@ -22,6 +22,8 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import anyio
 
@@ -32,9 +34,10 @@ from lockstep.meta_tables.store.base import MetadataStore
 FIRST_POLL_S = 0.05  # without announcements: look again after this...
 MAX_POLL_S = 1.0  # ...doubling up to this
 LOOK_EVERY_S = 60.0  # a waiting job's store is looked at least this often, announced or not
-LOOKS_AT_ONCE = 8  # threads the long polls' looks may hold: the other calls keep the rest
+LOOKS_AT_ONCE = 2  # of the service's threads (4), the most the long polls' looks may hold
 SEEN_EVERY_S = 5.0  # waiting instances recorded as seen (well within LIVE_WITHIN_S)
 log = logging.getLogger("lockstep.service")
+T = TypeVar("T")
 _Wait = tuple[asyncio.AbstractEventLoop, asyncio.Event]  # a long poll's loop and event
 # the announcements that concern a job (its own, to every job), and when it was taken
 Mark = tuple[int, int, float]
@@ -47,7 +50,7 @@ class BarrierWaits:
     >>> await waits.next_barrier("sum_price", token, wait_s=20)  # doctest: +SKIP
     """
 
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: MetadataStore, *, looks_at_once: int = LOOKS_AT_ONCE) -> None:
         self._store = store
         self._lock = threading.Lock()  # wake-ups come from writer and listener threads
         # per job, its waits: each an event and the loop it waits on
@@ -64,7 +67,7 @@ class BarrierWaits:
         self._announced_all = 0
         # A wake-up of thousands of jobs (a barrier issued to every root job, thousands of
         # jobs starting) queues their looks here, not ahead of every other call.
-        self._looks = anyio.CapacityLimiter(LOOKS_AT_ONCE)
+        self._looks = anyio.CapacityLimiter(looks_at_once)
         self._instances: Counter[tuple[str, int]] = Counter()  # (job, token): its polls
         self._seen_task: asyncio.Task[None] | None = None
 
@@ -115,9 +118,7 @@ class BarrierWaits:
                 found = None
                 if not skip:
                     mark = self.mark(job_id)
-                    found = await anyio.to_thread.run_sync(
-                        self._store.next_barrier, job_id, token, limiter=self._looks
-                    )
+                    found = await self._on_thread(self._store.next_barrier, job_id, token)
                 skip = False
                 remaining = deadline - loop.time()
                 if found is None and remaining <= 0 and not self._closed:
@@ -166,11 +167,16 @@ class BarrierWaits:
             if not waiting:
                 continue
             try:
-                await anyio.to_thread.run_sync(
-                    self._store.record_seen, waiting, limiter=self._looks
-                )
+                await self._on_thread(self._store.record_seen, waiting)
             except LockstepError as e:  # the store is down: the next round tries again
                 log.warning("recording %d waiting jobs as seen failed: %s", len(waiting), e)
+
+    async def _on_thread(self, work: Callable[..., T], *args: Any) -> T:
+        """``work`` on one of the service's threads (the default limiter, sized by its
+        ``threads`` setting), holding one of :data:`LOOKS_AT_ONCE` first: however many
+        polls a write wakes, the other calls keep the rest of the threads."""
+        async with self._looks:
+            return await anyio.to_thread.run_sync(work, *args)
 
     def _woken(self, jobs: frozenset[str] | None) -> None:
         """A write may have made a barrier available to ``jobs`` (None: any): wake their
