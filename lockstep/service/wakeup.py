@@ -173,8 +173,8 @@ class BarrierWaits:
 
     async def _on_thread(self, work: Callable[..., T], *args: Any) -> T:
         """``work`` on one of the service's threads (the default limiter, sized by its
-        ``threads`` setting), holding one of :data:`LOOKS_AT_ONCE` first: however many
-        polls a write wakes, the other calls keep the rest of the threads."""
+        ``threads`` setting), holding one of the ``looks_at_once`` places first: however
+        many polls a write wakes, the other calls keep the rest of the threads."""
         async with self._looks:
             return await anyio.to_thread.run_sync(work, *args)
 
