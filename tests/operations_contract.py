@@ -126,6 +126,9 @@ class OperationsContract:
         assert revision.to_barrier == 0
         assert revision.tables[0].keep_snapshot is None
         assert store.table_versions("user_item_amount") == []
+        # the meta views see it as full (SQLite keeps the flag as 1)
+        full = store.export_tables(["ls_revision"])["ls_revision"].column("full")
+        assert full.to_pylist() == [True]
         store.finish_revision(revision.revision_id)
         token = store.attach("sum_amount").token
         assert run_barrier(store, "sum_amount", token) == 1

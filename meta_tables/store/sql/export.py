@@ -7,9 +7,10 @@ A query's pushed-down filters (:mod:`lockstep.meta_tables.pushdown`) narrow the 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import Any
 
 import pyarrow as pa
-from sqlalchemy import BigInteger, ColumnElement, Table, func, select, type_coerce
+from sqlalchemy import BigInteger, ColumnElement, Select, Table, func, select, type_coerce
 from sqlalchemy.orm import Session
 
 from lockstep.errors import MetaQueryError
@@ -44,13 +45,30 @@ def export_tables(
             for c in (table.c[column] for column in schema.names)
         ]
         filters = _filters(session, table, where)
-        rows = session.execute(select(*raw).where(*filters)).all()
+        rows = _driver_rows(session, select(*raw).where(*filters))
         columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
-        arrays = [
-            pa.array(values, type=field.type) for values, field in zip(columns, schema, strict=True)
-        ]
+        arrays = [_array(values, field.type) for values, field in zip(columns, schema, strict=True)]
         out[name] = pa.table(arrays, schema=schema)
     return out
+
+
+def _driver_rows(session: Session, query: Select[Any]) -> list[tuple[Any, ...]]:
+    """The rows as the driver returns them: plain tuples, not SQLAlchemy's rows. Every
+    column is a string or an integer (times are read as their int micros), so there is
+    nothing to convert; and a tuple of such values leaves the garbage collector's care
+    after its first pass, where an export of tens of thousands of rows made full
+    collections that took as long as the rest of the query (docs/benchmarks.md)."""
+    result = session.connection().execute(query)
+    try:
+        return list(result.cursor.fetchall())
+    finally:
+        result.close()
+
+
+def _array(values: Sequence[Any], kind: pa.DataType) -> pa.Array:
+    if kind == pa.bool_():  # SQLite keeps a boolean as 0 or 1
+        values = [None if v is None else bool(v) for v in values]
+    return pa.array(values, type=kind)
 
 
 def _filters(
