@@ -15,10 +15,11 @@ from datetime import datetime
 
 from sqlalchemy import CursorResult, Engine, and_, delete, or_, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 from lockstep.errors import StoreError
-from lockstep.meta_tables.store.sql.engine import WRITE_OPTION
+from lockstep.meta_tables.store.sql.engine import WRITE_OPTION, no_free_connection
 from lockstep.meta_tables.store.sql.schema import IcebergNamespaceRow, IcebergTableRow
 from lockstep.service.iceberg.errors import IcebergTableExistsError, NamespaceExistsError
 from lockstep.service.iceberg.names import (
@@ -39,6 +40,8 @@ def reading(engine: Engine) -> Iterator[Session]:
             yield session
     except DBAPIError as e:
         raise StoreError(f"the Iceberg catalog's store read failed: {e.orig}") from e
+    except PoolTimeout as e:
+        raise no_free_connection(e) from e
 
 
 @contextmanager
@@ -50,6 +53,8 @@ def writing(engine: Engine) -> Iterator[Session]:
                 yield session
     except DBAPIError as e:
         raise StoreError(f"the Iceberg catalog's store write failed: {e.orig}") from e
+    except PoolTimeout as e:
+        raise no_free_connection(e) from e
 
 
 # -- namespaces ------------------------------------------------------------------------------

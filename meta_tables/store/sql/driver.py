@@ -22,11 +22,13 @@ from typing import Any, Unpack
 from sqlalchemy import ColumnElement, Engine, String, any_, bindparam, func, literal_column, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import InstrumentedAttribute
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import Select
 
 from lockstep.errors import StoreError
+from lockstep.meta_tables.store.sql.engine import no_free_connection
 
 
 def in_list(
@@ -82,7 +84,10 @@ class Statement:
         parameters = self.parameters(values)
         postgres = engine.dialect.name == "postgresql"
         for attempt in (1, 2):
-            pooled = engine.raw_connection()
+            try:
+                pooled = engine.raw_connection()
+            except PoolTimeout as e:
+                raise no_free_connection(e) from e
             try:
                 return _execute(pooled, self.sql, parameters, postgres)
             except engine.dialect.loaded_dbapi.Error as e:

@@ -27,9 +27,10 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DisconnectionError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import StaticPool
 
-from lockstep.errors import ConfigurationError
+from lockstep.errors import ConfigurationError, StoreError
 from lockstep.meta_tables.store.sql.pg_options import OPTIONS, PgOptions, connect_options
 
 WRITE_OPTION = "lockstep_write"
@@ -80,6 +81,16 @@ def create_store_engine(url: str) -> Engine:
         return engine
     raise ConfigurationError(
         f"unsupported store URL {url!r}: use sqlite:///PATH or postgresql://USER@HOST/DB"
+    )
+
+
+def no_free_connection(error: PoolTimeout) -> StoreError:
+    """The store's error for a call that waited for one of the engine's pooled connections
+    and got none in time: every one was held by another thread of the process."""
+    return StoreError(
+        f"the metadata store had no free connection for this call ({error.args[0]}): too "
+        "many threads of this process share one store; share it among fewer threads, or "
+        "run the jobs through `lockstep serve`"
     )
 
 

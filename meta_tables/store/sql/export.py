@@ -56,8 +56,9 @@ def _driver_rows(session: Session, query: Select[Any]) -> list[tuple[Any, ...]]:
     """The rows as the driver returns them: plain tuples, not SQLAlchemy's rows. Every
     column is a string or an integer (times are read as their int micros), so there is
     nothing to convert; and a tuple of such values leaves the garbage collector's care
-    after its first pass, where an export of tens of thousands of rows made full
-    collections that took as long as the rest of the query (docs/benchmarks.md)."""
+    after its first pass. The delay query's export set off a third fewer collections, and
+    a full one (which walks the whole heap) every third query instead of every second
+    (docs/benchmarks.md, "Meta SQL and the garbage collector")."""
     result = session.connection().execute(query)
     try:
         return list(result.cursor.fetchall())

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 from sqlalchemy import Engine, delete, select
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import (
@@ -49,6 +50,7 @@ from lockstep.meta_tables.store.sql import (
 from lockstep.meta_tables.store.sql.engine import (
     WRITE_OPTION,
     create_store_engine,
+    no_free_connection,
 )
 from lockstep.meta_tables.store.sql.migrations import migrate
 from lockstep.meta_tables.store.sql.pg_options import POOLER_HINT, pooler_error
@@ -82,6 +84,8 @@ def _read_errors() -> Iterator[None]:
         raise _out_of_range(e) from e
     except DBAPIError as e:
         raise StoreError(f"metadata store read failed: {_described(e)}") from e
+    except PoolTimeout as e:
+        raise no_free_connection(e) from e
 
 
 def _described(error: DBAPIError) -> str:
@@ -150,6 +154,8 @@ class SqlMetadataStore(MetadataStore):
                 raise
             except (OverflowError, DataError) as e:
                 raise _out_of_range(e) from e
+            except PoolTimeout as e:  # waited its time already: not tried again
+                raise no_free_connection(e) from e
             except DBAPIError as e:
                 if attempt == MAX_ATTEMPTS or not _retryable(e):
                     raise StoreError(f"metadata store write failed: {_described(e)}") from e
