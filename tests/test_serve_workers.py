@@ -3,8 +3,6 @@ replica; a long poll answered by one is woken by a write another made. SQLite is
 
 from __future__ import annotations
 
-import gc
-import json
 import threading
 from pathlib import Path
 
@@ -16,7 +14,7 @@ from service_fixtures import serve_process, stop_with_polls_out, stopped, wait_h
 from lockstep.barrier.model import Barrier
 from lockstep.errors import ConfigurationError
 from lockstep.remote import RemoteMetadataStore
-from lockstep.service.server import WORKER_SETTINGS_ENV, serve, worker_app
+from lockstep.service.server import serve
 from lockstep.service.settings import ServiceSettings
 from lockstep.topology.model import JobSpec
 
@@ -88,19 +86,3 @@ def _replica_leader(url: str) -> float:
         if family.name == "lockstep_replica_leader":
             return float(family.samples[0].value)
     raise AssertionError("no lockstep_replica_leader in /metrics")
-
-
-def test_a_worker_freezes_its_startup_heap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What a worker built before serving is left out of the garbage collector's full
-    collections (``gc.freeze``), which otherwise walk it all, on whichever request runs."""
-    from fastapi.testclient import TestClient
-
-    settings = {"store": f"sqlite:///{tmp_path / 'svc.db'}"}
-    monkeypatch.setenv(WORKER_SETTINGS_ENV, json.dumps(settings))
-    gc.unfreeze()
-    try:
-        with TestClient(worker_app()) as client:  # runs the startup hooks
-            assert client.get("/healthz").status_code == 200
-            assert gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()  # the test process's objects go back to the collector

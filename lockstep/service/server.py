@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import ipaddress
 import json
 import logging
@@ -67,7 +66,6 @@ def serve(settings: ServiceSettings) -> None:
         )
         return
     app, store, ticker = _build(settings, tokens)
-    app.router.on_startup.append(freeze_startup_heap)
     if ticker is not None:
         ticker.start()
     if threading.current_thread() is threading.main_thread():
@@ -106,20 +104,8 @@ def worker_app() -> FastAPI:
         store.close()
 
     app.router.on_startup.append(start)
-    app.router.on_startup.append(freeze_startup_heap)
     app.router.on_shutdown.append(stop)
     return app
-
-
-def freeze_startup_heap() -> None:
-    """A startup hook of the service's own process: what was built by now (the modules,
-    the app, the store) lives as long as the process, so the garbage collector stops
-    looking at it (``gc.freeze``). Its full collections otherwise walk all of it, on
-    whichever request triggered one: a process's first meta query (which loads DuckDB)
-    took 215-227 ms without, 147-157 ms with (docs/benchmarks.md, "Meta SQL and the
-    garbage collector")."""
-    gc.collect()
-    gc.freeze()
 
 
 def _check(settings: ServiceSettings) -> dict[str, Role] | None:
