@@ -58,7 +58,7 @@ def _driver_rows(session: Session, query: Select[Any]) -> list[tuple[Any, ...]]:
     nothing to convert; and a tuple of such values leaves the garbage collector's care
     after its first pass. The delay query's export set off a third fewer collections, and
     a full one (which walks the whole heap) every third query instead of every second;
-    through the service the query's p50 halved (docs/benchmarks.md, "Meta SQL and the
+    through the service its p50 fell by 40-48% (docs/benchmarks.md, "Meta SQL and the
     garbage collector")."""
     result = session.connection().execute(query)
     try:
