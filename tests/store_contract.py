@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from batch_contract import BatchContract
+from calls_contract import CallsContract
 from instance_contract import InstanceContract
 from pipelines import SHOPPING, dump, register, run_barrier, snapshot_id
 from resolve_contract import ResolveContract
@@ -48,7 +49,7 @@ FED_SHOPPING = (
 )
 
 
-class StoreContract(BatchContract, InstanceContract, ResolveContract, WaitContract):
+class StoreContract(BatchContract, CallsContract, InstanceContract, ResolveContract, WaitContract):
     __test__ = False
 
     # -- topology --------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -18,6 +18,7 @@ from conftest import FakeClock
 from pipelines import register, run_barrier, snapshot_id
 from service_fixtures import running
 
+from lockstep.barrier.calls import Call, NextBarrier, Outcome
 from lockstep.barrier.model import Barrier
 from lockstep.barrier.session import JobSession
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
@@ -34,13 +35,18 @@ ROOTS = 20
 
 
 class CountingStore(SqlMetadataStore):
-    """Counts the service's looks at a job's next barrier."""
+    """Counts the service's looks at a job's next barrier (the service looks through its
+    group commit: ``apply_calls``)."""
 
     looks = 0
 
     def next_barrier(self, job_id: str, token: int) -> Barrier | None:
         type(self).looks += 1
         return super().next_barrier(job_id, token)
+
+    def apply_calls(self, calls: Sequence[Call]) -> list[Outcome]:
+        type(self).looks += sum(isinstance(call, NextBarrier) for call in calls)
+        return super().apply_calls(calls)
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ input cuts, recovery, and the job's own history.
 A job's barrier costs two or three calls: ``next-barrier`` (waiting on the service, not
 polling it: ``wakeup.py``), ``processed``, and ``written-and-next``, whose answer carries
 the job's next barrier when one is already available (when none is, the poll that follows
-starts waiting without looking again).
+starts waiting without looking again). Those three are applied in groups, many jobs' calls
+to a transaction (``group_commit.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from lockstep.api import wire
 from lockstep.barrier.model import Barrier, JobInstance, JobProgress, RecoveryPlan, TableVersion
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.service.deps import Admin, Reader
+from lockstep.service.group_commit import WRITES_AT_ONCE, GroupCommit
 from lockstep.service.requests import (
     INT64_MAX,
     BarrierPath,
@@ -35,7 +37,11 @@ def add_job_protocol(app: FastAPI, store: MetadataStore, *, threads: int) -> Bar
     """The job protocol's routes on ``app``; returns the long polls' :class:`BarrierWaits`
     (closed when the app shuts down). ``threads``: the service's (the looks of its long
     polls hold at most half of them)."""
-    waits = BarrierWaits(store, looks_at_once=max(1, min(LOOKS_AT_ONCE, threads // 2)))
+    groups = GroupCommit(store, writes_at_once=max(1, min(WRITES_AT_ONCE, threads // 2)))
+    app.state.group_commit = groups
+    waits = BarrierWaits(
+        store, looks_at_once=max(1, min(LOOKS_AT_ONCE, threads // 2)), look=groups.next_barrier
+    )
     app.state.barrier_waits = waits
     app.router.on_shutdown.append(waits.close)
 
@@ -54,8 +60,10 @@ def add_job_protocol(app: FastAPI, store: MetadataStore, *, threads: int) -> Bar
         return wire.dump(await waits.next_barrier(job_id, body.token, wait_s), Barrier | None)
 
     @app.post("/v1/jobs/{job_id}/processed")
-    def report_processed(job_id: str, body: ReportIn, _: Admin) -> Any:
-        versions = store.report_processed(job_id, body.token, body.barrier_id, body.snapshots)
+    async def report_processed(job_id: str, body: ReportIn, _: Admin) -> Any:
+        versions = await groups.report_processed(
+            job_id, body.token, body.barrier_id, body.snapshots
+        )
         return wire.dump(versions, list[TableVersion])
 
     @app.post("/v1/jobs/{job_id}/written")
@@ -64,10 +72,10 @@ def add_job_protocol(app: FastAPI, store: MetadataStore, *, threads: int) -> Bar
         return wire.dump(versions, list[TableVersion])
 
     @app.post("/v1/jobs/{job_id}/written-and-next")
-    def report_written_and_next(job_id: str, body: WrittenIn, _: Admin) -> dict[str, Any]:
+    async def report_written_and_next(job_id: str, body: WrittenIn, _: Admin) -> dict[str, Any]:
         """The WRITTEN report, and the job's next barrier (null if none is available yet)."""
         mark = waits.mark(job_id)
-        versions, found = store.report_written_and_next(
+        versions, found = await groups.report_written_and_next(
             job_id, body.token, body.barrier_id, body.snapshots
         )
         if found is None:  # the job's poll that follows need not look again at once

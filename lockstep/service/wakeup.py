@@ -5,8 +5,9 @@ write may have made its barrier available.
 the job, else waits up to ``wait_s`` on the event loop (no thread is held) and looks again
 when the store announces a write that concerns the job (``meta_tables/store/sql/
 wakeups.py``: this replica's own writes at commit, other replicas' through PostgreSQL
-``LISTEN/NOTIFY``). Each look is one ``next_barrier`` call on the thread pool, so the
-answer, and the start it records, are exactly those of a plain call. A store that cannot
+``LISTEN/NOTIFY``). Each look is one ``next_barrier`` call (in the service, applied with
+other jobs' calls in one transaction: ``group_commit.py``), so the answer, and the start it
+records, are exactly those of a plain call. A store that cannot
 announce makes the waits look again on a timer (0.05 s doubling to 1 s).
 
 A job waiting in a long poll sends no heartbeats (``RemoteMetadataStore`` skips them while
@@ -22,7 +23,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
@@ -41,6 +42,7 @@ T = TypeVar("T")
 _Wait = tuple[asyncio.AbstractEventLoop, asyncio.Event]  # a long poll's loop and event
 # the announcements that concern a job (its own, to every job), and when it was taken
 Mark = tuple[int, int, float]
+Look = Callable[[str, int], Awaitable[Barrier | None]]  # a look at a job's next barrier
 
 
 class BarrierWaits:
@@ -50,8 +52,15 @@ class BarrierWaits:
     >>> await waits.next_barrier("sum_price", token, wait_s=20)  # doctest: +SKIP
     """
 
-    def __init__(self, store: MetadataStore, *, looks_at_once: int = LOOKS_AT_ONCE) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        *,
+        looks_at_once: int = LOOKS_AT_ONCE,
+        look: Look | None = None,
+    ) -> None:
         self._store = store
+        self._look = look or self._look_on_thread
         self._lock = threading.Lock()  # wake-ups come from writer and listener threads
         # per job, its waits: each an event and the loop it waits on
         self._waiting: dict[str, set[_Wait]] = {}
@@ -118,7 +127,7 @@ class BarrierWaits:
                 found = None
                 if not skip:
                     mark = self.mark(job_id)
-                    found = await self._on_thread(self._store.next_barrier, job_id, token)
+                    found = await self._look(job_id, token)
                 skip = False
                 remaining = deadline - loop.time()
                 if found is None and remaining <= 0 and not self._closed:
@@ -170,6 +179,9 @@ class BarrierWaits:
                 await self._on_thread(self._store.record_seen, waiting)
             except LockstepError as e:  # the store is down: the next round tries again
                 log.warning("recording %d waiting jobs as seen failed: %s", len(waiting), e)
+
+    async def _look_on_thread(self, job_id: str, token: int) -> Barrier | None:
+        return await self._on_thread(self._store.next_barrier, job_id, token)
 
     async def _on_thread(self, work: Callable[..., T], *args: Any) -> T:
         """``work`` on one of the service's threads (the default limiter, sized by its

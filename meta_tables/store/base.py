@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from lockstep.barrier.calls import Answer, Call, NextBarrier, Outcome, Processed, WrittenAndNext
 from lockstep.barrier.model import (
     Barrier,
     FoundVersion,
@@ -28,7 +29,7 @@ from lockstep.barrier.model import (
     TableStatus,
     TableVersion,
 )
-from lockstep.errors import FencedError, UnknownJobError
+from lockstep.errors import FencedError, LockstepError, UnknownJobError
 from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, Lease, SnapshotSet
 from lockstep.topology.graph import Topology
 from lockstep.topology.model import JobSpec
@@ -141,6 +142,29 @@ class MetadataStore(abc.ABC):
         """
         versions = self.report_written(job_id, token, barrier_id, snapshots)
         return versions, self.next_barrier(job_id, token)
+
+    def apply_calls(self, calls: Sequence[Call]) -> list[Outcome]:
+        """Apply ``calls`` in order, as if one by one: each sees the ones before it and gets
+        its own answer, or the :class:`LockstepError` that refused it (a refused call
+        changes nothing, and the others still apply). The SQL store applies them in one
+        transaction (group commit: the service hands it the calls that arrive together);
+        this default makes the calls one after another."""
+        outcomes: list[Outcome] = []
+        for call in calls:
+            try:
+                outcomes.append(self._apply_call(call))
+            except LockstepError as e:
+                outcomes.append(e)
+        return outcomes
+
+    def _apply_call(self, call: Call) -> Answer:
+        match call:
+            case NextBarrier(job_id, token):
+                return self.next_barrier(job_id, token)
+            case Processed(job_id, token, barrier_id, snapshots):
+                return self.report_processed(job_id, token, barrier_id, snapshots)
+            case WrittenAndNext(job_id, token, barrier_id, snapshots):
+                return self.report_written_and_next(job_id, token, barrier_id, snapshots)
 
     def wait_for_next_barrier(self, job_id: str, token: int, *, timeout_s: float) -> Barrier | None:
         """:meth:`next_barrier`, waiting up to ``timeout_s`` for one to become available

@@ -11,6 +11,7 @@ replica, a serialization failure, a busy SQLite file) are retried.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -21,6 +22,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
+from lockstep.barrier.calls import Call, Outcome
 from lockstep.barrier.model import (
     Barrier,
     FoundVersion,
@@ -37,6 +39,7 @@ from lockstep.errors import InvalidRequestError, LockstepError, RevisionInProgre
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql import (
     export,
+    group_commit,
     leases,
     protocol,
     resolve,
@@ -252,6 +255,25 @@ class SqlMetadataStore(MetadataStore):
                 s, job_id, token, barrier_id, snapshots, self._clock()
             )
         )
+
+    def apply_calls(self, calls: Sequence[Call]) -> list[Outcome]:
+        """The calls in one transaction (``group_commit.py``). At a refused call that
+        transaction is rolled back, and the calls left are applied again without it."""
+        outcomes: dict[int, Outcome] = {}
+        left = list(enumerate(calls))
+        while left:
+            group = functools.partial(group_commit.apply_in_order, calls=left, clock=self._clock)
+            try:
+                outcomes.update(self._write(group))
+            except group_commit.Refused as refused:
+                outcomes[refused.index] = refused.error
+                left = [(i, call) for i, call in left if i != refused.index]
+                continue
+            except LockstepError:  # the transaction failed: each call alone, with its own
+                alone = super().apply_calls([call for _, call in left])
+                outcomes.update(zip([i for i, _ in left], alone, strict=True))
+            break
+        return [outcomes[i] for i in range(len(calls))]
 
     def wait_for_next_barrier(self, job_id: str, token: int, *, timeout_s: float) -> Barrier | None:
         # woken by this process's writes (and, once a listener runs, other processes'

@@ -1,0 +1,144 @@
+"""The service's group commit (lockstep/service/group_commit.py): the protocol calls that
+arrive while a write is under way are applied together, in one store write, each with its
+own answer or error; the reports and looks of the service go through it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+from conftest import FakeClock
+from pipelines import register, snapshot_id
+from service_fixtures import running
+
+from lockstep.barrier.calls import Call, NextBarrier, Outcome
+from lockstep.barrier.model import VersionState
+from lockstep.errors import FencedError, StoreError
+from lockstep.meta_tables.store.sql.store import SqlMetadataStore
+
+pytest.importorskip("fastapi")
+from lockstep.service.app import create_app
+from lockstep.service.group_commit import GroupCommit
+
+WAIT_S = 30.0  # a held write is released long before this
+
+
+class HeldFirstWrite(SqlMetadataStore):
+    """The first group's write waits for ``release``; every group's calls are recorded."""
+
+    groups: ClassVar[list[list[Call]]]
+    entered: ClassVar[threading.Event]
+    release: ClassVar[threading.Event]
+
+    def apply_calls(self, calls: Sequence[Call]) -> list[Outcome]:
+        cls = type(self)
+        cls.groups.append(list(calls))
+        if len(cls.groups) == 1:
+            cls.entered.set()
+            assert cls.release.wait(WAIT_S)
+        return super().apply_calls(calls)
+
+
+@pytest.fixture
+def held(tmp_path: Path, clock: FakeClock) -> HeldFirstWrite:
+    HeldFirstWrite.groups = []
+    HeldFirstWrite.entered, HeldFirstWrite.release = threading.Event(), threading.Event()
+    store = HeldFirstWrite.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
+    register(store)
+    return store
+
+
+def test_calls_that_arrive_during_a_write_make_the_next_group(held: HeldFirstWrite) -> None:
+    stale = held.attach("load_shopping").token
+    root = held.attach("load_shopping").token
+    amount = held.attach("sum_amount").token
+    barrier = held.issue_barrier()
+    shopping = snapshot_id("shopping", 1)
+    groups = GroupCommit(held, writes_at_once=1)
+
+    async def calls() -> list[Any]:
+        first = asyncio.ensure_future(groups.next_barrier("load_shopping", root))
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, HeldFirstWrite.entered.wait, WAIT_S)
+        queued = [  # all arrive while the first write is held: one group, in this order
+            groups.report_processed("load_shopping", root, 1, {"shopping": shopping}),
+            groups.report_processed("load_shopping", stale, 1, {"shopping": shopping}),
+            groups.report_written_and_next("load_shopping", root, 1, None),
+            groups.next_barrier("sum_amount", amount),
+        ]
+        tasks = [asyncio.ensure_future(c) for c in queued]
+        await asyncio.sleep(0)  # one pass of the loop: each task queues its call
+        HeldFirstWrite.release.set()
+        return await asyncio.gather(first, *tasks, return_exceptions=True)
+
+    answers = asyncio.run(calls())
+    held.close()
+    assert [len(g) for g in HeldFirstWrite.groups] == [1, 4]
+    assert (groups.writes, groups.calls) == (2, 5)
+    assert answers[0] == barrier
+    assert [(v.snapshot_id, v.state) for v in answers[1]] == [(shopping, VersionState.PROCESSED)]
+    assert isinstance(answers[2], FencedError)  # refused alone: the others applied
+    versions, next_barrier = answers[3]
+    assert [v.state for v in versions] == [VersionState.WRITTEN]
+    assert next_barrier is None
+    assert answers[4] == barrier  # it saw the WRITTEN report queued before it
+
+
+class BrokenStore(SqlMetadataStore):
+    def apply_calls(self, calls: Sequence[Call]) -> list[Outcome]:
+        raise StoreError("the metadata store is down")
+
+
+def test_a_failed_write_fails_each_of_its_calls(tmp_path: Path, clock: FakeClock) -> None:
+    store = BrokenStore.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
+    groups = GroupCommit(store)
+
+    async def calls() -> list[Any]:
+        return await asyncio.gather(
+            groups.next_barrier("a", 1), groups.next_barrier("b", 1), return_exceptions=True
+        )
+
+    answers = asyncio.run(calls())
+    store.close()
+    assert [type(a) for a in answers] == [StoreError, StoreError]
+    assert groups.writes == 0  # nothing was written
+
+
+def test_the_service_reports_and_looks_through_the_group_commit(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    store = SqlMetadataStore.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
+    register(store)
+    app = create_app(store)
+    token = store.attach("load_shopping").token
+    store.issue_barrier()
+    with running(app) as url, httpx.Client(base_url=url, timeout=WAIT_S) as client:
+        job = "/v1/jobs/load_shopping"
+        taken = client.post(f"{job}/next-barrier", params={"wait_s": 1}, json={"token": token})
+        assert taken.json()["barrier_id"] == 1
+        body = {"token": token, "barrier_id": 1, "snapshots": {"shopping": 5}}
+        assert client.post(f"{job}/processed", json=body).status_code == 200
+        refused = client.post(f"{job}/processed", json={**body, "snapshots": {"shopping": 6}})
+        assert refused.status_code == 409
+        assert "already reported PROCESSED" in refused.text
+        done = client.post(f"{job}/written-and-next", json={"token": token, "barrier_id": 1})
+        assert done.json()["next_barrier"] is None
+    groups: GroupCommit = app.state.group_commit
+    assert groups.calls == 4  # the look and three reports (one refused)
+    assert [(v.snapshot_id, v.state) for v in store.table_versions("shopping")] == [
+        (5, VersionState.WRITTEN)
+    ]
+    store.close()
+
+
+def test_a_next_barrier_call_is_a_look(held: HeldFirstWrite) -> None:
+    token = held.attach("load_shopping").token
+    HeldFirstWrite.release.set()
+    assert asyncio.run(GroupCommit(held).next_barrier("load_shopping", token)) is None
+    assert HeldFirstWrite.groups == [[NextBarrier("load_shopping", token)]]
+    held.close()
