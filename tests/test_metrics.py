@@ -254,6 +254,9 @@ def test_request_counters_and_histograms_move_per_endpoint_kind(
     assert moved("lockstep_request_duration_seconds_count", kind="sql") == 2
     assert moved("lockstep_request_duration_seconds_sum", kind="report") > 0
     assert moved("lockstep_request_duration_seconds_bucket", kind="report", le="+Inf") == 1
+    # the poll's look went through the group commit (report_written does not)
+    assert moved("lockstep_group_commit_calls_total") == 1
+    assert moved("lockstep_group_commit_writes_total") == 1
 
 
 def test_a_heartbeat_carries_the_job_process_lineage_failures(

@@ -50,7 +50,7 @@ from lockstep.service.guard import DEFAULT_MAX_BODY_BYTES, Guard
 from lockstep.service.iceberg.config import IcebergSettings
 from lockstep.service.iceberg.mount import mount_iceberg
 from lockstep.service.job_routes import add_job_protocol
-from lockstep.service.metrics import add_metrics, watch_long_polls
+from lockstep.service.metrics import add_metrics, watch_group_commit, watch_long_polls
 from lockstep.service.requests import (
     BarrierPath,
     JobIn,
@@ -138,6 +138,7 @@ def create_app(
     _add_topology(app, store)
     _add_barriers(app, store)
     watch_long_polls(app, add_job_protocol(app, store, threads=threads))
+    watch_group_commit(app, app.state.group_commit)
     _add_reads(app, store, max_leases_per_caller=max_leases_per_caller)
     _add_operations(app, store)
     _add_leadership(app, store)

@@ -27,12 +27,14 @@ import hmac
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Request, Response
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session
 
 from lockstep.meta_tables.store.base import MetadataStore
@@ -40,6 +42,7 @@ from lockstep.meta_tables.store.sql.gauges import PipelineGauges, read_gauges
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.service.auth import Role, role_of
 from lockstep.service.deps import bearer, unknown_token
+from lockstep.service.group_commit import GroupCommit
 from lockstep.service.metrics_pipeline import PipelineCollector, ReplicaFacts
 from lockstep.service.wakeup import BarrierWaits
 
@@ -195,6 +198,29 @@ def watch_long_polls(app: FastAPI, waits: BarrierWaits) -> None:
         registry=app.state.metrics_registry,
     )
     gauge.set_function(lambda: waits.waiting)
+
+
+class _GroupCommitCounts(Collector):
+    def __init__(self, groups: GroupCommit) -> None:
+        self._groups = groups
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "lockstep_group_commit_writes",
+            "Store writes that applied the job protocol's calls on this replica, a group each",
+            value=self._groups.writes,
+        )
+        yield CounterMetricFamily(
+            "lockstep_group_commit_calls",
+            "The job protocol's calls (reports, looks for a next barrier) those writes applied",
+            value=self._groups.calls,
+        )
+
+
+def watch_group_commit(app: FastAPI, groups: GroupCommit) -> None:
+    """``lockstep_group_commit_writes_total`` and ``_calls_total``: the protocol's calls, and
+    the store writes they were grouped into (their ratio is the mean group's size)."""
+    app.state.metrics_registry.register(_GroupCommitCounts(groups))
 
 
 def _gauge_reader(store: SqlMetadataStore) -> Callable[[], PipelineGauges]:
