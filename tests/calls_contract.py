@@ -11,8 +11,10 @@ from lockstep.barrier.calls import NextBarrier, Processed, WrittenAndNext
 from lockstep.barrier.model import Barrier, TableVersion, VersionState
 from lockstep.errors import FencedError, ProtocolError, UnknownJobError
 from lockstep.meta_tables.store.base import MetadataStore
+from lockstep.readers.model import ConsistencyLevel
 
 PROCESSED, WRITTEN = VersionState.PROCESSED, VersionState.WRITTEN
+RR = ConsistencyLevel.REPEATABLE_READ
 
 
 def _states(outcome: object) -> list[tuple[str, int, int | None, VersionState]]:
@@ -50,6 +52,8 @@ class CallsContract:
         assert _states(outcomes[5]) == [("user_item_amount", 1, totals, PROCESSED)]
         assert _states(outcomes[6]) == [("user_item_amount", 1, totals, WRITTEN)]
         assert [v.state for v in store.table_versions("user_item_amount")] == [WRITTEN]
+        # the tables' heads were kept current: resolution reads them
+        assert store.resolve(["shopping", "user_item_amount"], RR).barrier_id == 1
         # the same calls again are answered as repeats, and change nothing
         before = dump(store)
         again = store.apply_calls(

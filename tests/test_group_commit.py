@@ -1,6 +1,7 @@
 """The service's group commit (lockstep/service/group_commit.py): the protocol calls that
 arrive while a write is under way are applied together, in one store write, each with its
-own answer or error; the reports and looks of the service go through it."""
+own answer or error; the reports and looks of the service go through it. And what the SQL
+store does once for a group rather than per call."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ import pytest
 from conftest import FakeClock
 from pipelines import register, snapshot_id
 from service_fixtures import running
+from sqlalchemy import event
 
-from lockstep.barrier.calls import Call, NextBarrier, Outcome
+from lockstep.barrier.calls import Call, NextBarrier, Outcome, Processed, WrittenAndNext
 from lockstep.barrier.model import VersionState
 from lockstep.errors import FencedError, StoreError
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
+from lockstep.topology.model import JobSpec
 
 pytest.importorskip("fastapi")
 from lockstep.service.app import create_app
@@ -142,3 +145,44 @@ def test_a_next_barrier_call_is_a_look(held: HeldFirstWrite) -> None:
     assert asyncio.run(GroupCommit(held).next_barrier("load_shopping", token)) is None
     assert HeldFirstWrite.groups == [[NextBarrier("load_shopping", token)]]
     held.close()
+
+
+# -- what a group does once (meta_tables/store/sql/group_commit.py) ----------------------
+
+TWO_PIPELINES = (
+    JobSpec("load_a", sinks=("a",)),
+    JobSpec("sum_a", sources=("a",), sinks=("a_sum",)),
+    JobSpec("load_b", sinks=("b",)),
+    JobSpec("sum_b", sources=("b",), sinks=("b_sum",)),
+)
+
+
+def test_a_group_loads_its_jobs_refreshes_heads_and_announces_once(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    store = SqlMetadataStore.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
+    register(store, TWO_PIPELINES)
+    tokens = {job: store.attach(job).token for job in ("load_a", "load_b")}
+    store.issue_barrier()
+    woken: list[frozenset[str] | None] = []
+    unsubscribe = store.subscribe_wakeups(woken.append)
+    store.apply_calls([NextBarrier(job, tokens[job]) for job in tokens])
+    store.apply_calls(
+        [Processed(job, tokens[job], 1, {job[-1]: 1}) for job in tokens]  # sinks "a", "b"
+    )
+    statements: list[str] = []
+    event.listen(store.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    outcomes = store.apply_calls([WrittenAndNext(job, tokens[job], 1) for job in tokens])
+    assert unsubscribe is not None
+    unsubscribe()
+    store.close()
+    assert [[v.state for v in o[0]] for o in outcomes] == [[VersionState.WRITTEN]] * 2
+    assert woken == [frozenset({"sum_a", "sum_b"})]  # one wake-up naming both readers
+
+    def count(*parts: str) -> int:
+        return sum(all(p in sql for p in parts) for sql in statements)
+
+    assert count("jobs_tables") == 1  # both jobs loaded (and locked) in one statement
+    assert count("job_tables") == 0  # and never one by one
+    assert count("INSERT INTO ls_table_head") == 1  # one refresh of both tables' heads
+    assert count("SELECT DISTINCT ls_job_source.job_id") == 1  # one lookup of the readers

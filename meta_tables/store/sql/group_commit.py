@@ -6,6 +6,12 @@ downstream job's report may follow its source's WRITTEN report in the same group
 group saves is everything around the calls: a transaction, a pooled connection and a
 thread hand-off each, and the commit's round trip and flush.
 
+What a group does once rather than per call: it loads and locks all its jobs in one
+statement (in the order of their ids, so two replicas' groups do not deadlock), refreshes
+the heads of the tables its reports changed once (``heads.deferred``: no call of a group
+reads the heads), and announces the readers of the tables its reports wrote once
+(``wakeups.gathered``: one lookup, one ``NOTIFY``, one wake-up of this process's polls).
+
 A refused call must change nothing, and the others must still apply. The protocol's rules
 raise before a report writes anything, but the group does not lean on that: at a refusal
 the whole transaction is rolled back, the refusal becomes that call's answer, and the
@@ -23,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from lockstep.barrier.calls import Answer, Call, NextBarrier, Processed, WrittenAndNext
 from lockstep.errors import LockstepError
-from lockstep.meta_tables.store.sql import protocol, rounds
+from lockstep.meta_tables.store.sql import heads, protocol, rounds, rows, wakeups
 
 Numbered = Sequence[tuple[int, Call]]  # calls with their places in the group
 
@@ -41,11 +47,13 @@ def apply_in_order(s: Session, calls: Numbered, clock: Callable[[], datetime]) -
     """Apply ``calls`` in the caller's transaction; each answer by its index. Raises
     :class:`Refused` at the first call refused (the caller rolls back)."""
     answers: dict[int, Answer] = {}
-    for index, call in calls:
-        try:
-            answers[index] = _apply(s, call, clock())
-        except LockstepError as e:
-            raise Refused(index, e) from e
+    rows.lock_jobs(s, [call.job_id for _, call in calls])
+    with heads.deferred(s), wakeups.gathered(s):
+        for index, call in calls:
+            try:
+                answers[index] = _apply(s, call, clock())
+            except LockstepError as e:
+                raise Refused(index, e) from e
     return answers
 
 

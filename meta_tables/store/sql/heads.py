@@ -6,7 +6,8 @@ on every read, the store keeps them in ``ls_table_head``, one row per table, wri
 same transaction as every change to a table's versions:
 
 - a report (PROCESSED versions inserted, then published WRITTEN) and an abort (PROCESSED
-  versions dropped): ``protocol``;
+  versions dropped): ``protocol``; in a group of reports (``group_commit.py``), once for
+  the whole group, before it commits;
 - a revision (versions after the target set aside): ``revision``;
 - a repair (versions restored WRITTEN, barrier times corrected): ``repair``, which
   rebuilds every table's heads (a head also holds its newest WRITTEN barrier's issue time);
@@ -25,8 +26,9 @@ same answer.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Insert, ScalarSelect, bindparam, func, select
@@ -80,10 +82,31 @@ def _upsert(dialect: str, every_table: bool) -> Insert:
     )
 
 
+_DEFERRED = "lockstep_deferred_heads"  # Session.info: tables whose refresh waits
+
+
+@contextlib.contextmanager
+def deferred(s: Session) -> Iterator[None]:
+    """Within the block, refreshes only note their tables; at its end (not at an error,
+    which rolls the transaction back) one refresh recomputes them all. For a group of
+    protocol calls (``group_commit.py``): none of them reads the heads."""
+    s.info[_DEFERRED] = set()
+    try:
+        yield
+        tables = s.info[_DEFERRED]
+    finally:
+        del s.info[_DEFERRED]
+    refresh(s, sorted(tables))
+
+
 def refresh(s: Session, tables: Sequence[str]) -> None:
     """Recompute the heads of ``tables`` from their versions, in the caller's transaction.
 
     Runs on the session's connection: flush pending ORM changes to the versions first."""
+    waiting: set[str] | None = s.info.get(_DEFERRED)
+    if waiting is not None:
+        waiting.update(tables)
+        return
     if tables:
         connection = s.connection()
         statement = _upsert(connection.dialect.name, False)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Unpack
@@ -78,6 +78,26 @@ _JOB = (
     .where(JobRow.job_id == bindparam("job_id"))
 )
 _LOCKED_JOB = _JOB.with_for_update(of=JobRow)
+_JOBS_TABLES_OF = union_all(
+    _SOURCES.where(JobSourceRow.job_id.in_(bindparam("job_ids", expanding=True))),
+    _SINKS.where(JobSinkRow.job_id.in_(bindparam("job_ids", expanding=True))),
+).subquery("jobs_tables")
+_LOCKED_JOBS_ROWS = (  # several jobs, locked in the order of their ids (no deadlock between
+    # two replicas' groups)
+    select(
+        JobRow.job_id,
+        JobRow.external_sources,
+        JobRow.start_after,
+        JobRow.current_token,
+        _JOBS_TABLES_OF.c.kind,
+        _JOBS_TABLES_OF.c.table_name,
+        _JOBS_TABLES_OF.c.position,
+    )
+    .outerjoin(_JOBS_TABLES_OF, _JOBS_TABLES_OF.c.job_id == JobRow.job_id)
+    .where(JobRow.job_id.in_(bindparam("job_ids", expanding=True)))
+    .order_by(JobRow.job_id)
+    .with_for_update(of=JobRow)
+)
 _VERSION_COLUMNS = (
     TV.table_name,
     TV.barrier_id,
@@ -196,6 +216,23 @@ def load_job(s: Session, job_id: str, *, lock: bool) -> JobState:
     if lock:
         locked[job_id] = job
     return job
+
+
+def lock_jobs(s: Session, job_ids: Collection[str]) -> None:
+    """Load and lock several jobs in one statement, as :func:`load_job` with ``lock`` would
+    one by one: the loads that follow in the transaction read them from the session. An
+    unknown job is left out (its own load then says so)."""
+    locked: dict[str, JobState] = s.info.setdefault(_LOCKED_JOBS, {})
+    wanted = sorted(set(job_ids) - set(locked))
+    if not wanted:
+        return
+    found: dict[str, list[Any]] = {}
+    for row in s.connection().execute(_LOCKED_JOBS_ROWS, {"job_ids": wanted}):
+        found.setdefault(row[0], []).append(row)
+    for job_id, rows in found.items():
+        external, start_after, token = rows[0][1:4]
+        tables = _job_tables((job_id, kind, t, p) for *_, kind, t, p in rows if kind is not None)
+        locked[job_id] = JobState(_spec(job_id, external, tables), start_after, token)
 
 
 def forget_job(s: Session, job_id: str) -> None:

@@ -20,6 +20,7 @@ delivery) costs latency up to the waiter's timeout, never correctness.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -120,8 +121,30 @@ def announce_roots(s: Session) -> None:
     _announce(s, lambda: frozenset(s.connection().scalars(_ROOTS)))
 
 
+_GATHERED = "lockstep_gathered_tables"  # Session.info: written tables not yet announced
+
+
+@contextlib.contextmanager
+def gathered(s: Session) -> Iterator[None]:
+    """Within the block, :func:`announce_readers` only notes its tables; at its end (not
+    at an error, which rolls the transaction back) one announcement names the readers of
+    them all: one lookup and one ``NOTIFY`` for a group of reports (``group_commit.py``)."""
+    s.info[_GATHERED] = set()
+    try:
+        yield
+        tables = s.info[_GATHERED]
+    finally:
+        del s.info[_GATHERED]
+    if tables:
+        announce_readers(s, sorted(tables))
+
+
 def announce_readers(s: Session, tables: Collection[str]) -> None:
     """``tables`` have new WRITTEN versions: the jobs reading them may go on."""
+    waiting: set[str] | None = s.info.get(_GATHERED)
+    if waiting is not None:
+        waiting.update(tables)
+        return
     tables = list(tables)
     _announce(s, lambda: frozenset(s.connection().scalars(_READERS, {"tables": tables})))
 
