@@ -8,7 +8,7 @@ import random
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from _backends import PostgresUnavailable, lockstep_serve, postgres_database
 from _floor import http_round_trip, insert_commit, point_lookup
 from _output import format_rows, machine, say, write_json
 from _platform_jobs import EmbeddedJobs
-from _platform_run import Fleet, cpu_s, service_pid, spy
+from _platform_run import Fleet, cpu_s, server_pid, service_pid, spy
 from _synthetic import Shape, Synthetic
 from _timing import HEADER, Figure, figure
 from sqlalchemy import create_engine
@@ -112,7 +112,17 @@ def service_run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     floor_n = QUICK_FLOOR_N if quick else FLOOR_N
     workers = args.service_workers
     with postgres_database() as url, lockstep_serve(url, workdir, workers=workers) as (svc, token):
-        pid = service_pid(svc)
+        pid, server = service_pid(svc), server_pid(url)
+
+        def cpu_parts(fleet: Fleet) -> CpuParts:
+            def read() -> dict[str, float]:
+                parts = {"service": cpu_s(pid), "jobs": fleet.cpu_s()}
+                if server is not None:
+                    parts["postgres"] = cpu_s(server)
+                return parts
+
+            return read
+
         engine = create_engine(url)
         commit = figure("insert+commit (raw)", "postgres", insert_commit(engine, floor_n))
         engine.dispose()
@@ -132,7 +142,9 @@ def service_run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 if n == min(IDLE_AT, max(sizes)) or quick:
                     out["idle"] += idle_figures(fleet, pid, n, healthz_cpu_s, args.idle_s)
                 with spy(pid, args.profile, f"service-barrier-{n}"):
-                    out["barriers"] += barrier_rounds(fleet, remote, n, "service", args.barriers)
+                    out["barriers"] += barrier_rounds(
+                        fleet, remote, n, "service", args.barriers, cpu=cpu_parts(fleet)
+                    )
                 if n == min(IDLE_AT, max(sizes)):
                     out["figures"] += resolve_figures(
                         remote, all_specs_tables(all_specs[:n]), quick
@@ -185,15 +197,27 @@ def idle_figures(
     return found
 
 
+CpuParts = Callable[[], dict[str, float]]  # CPU seconds so far, per part (service, ...)
+
+
 def barrier_rounds(
-    fleet: Any, issuer: Any, jobs: int, backend: str, rounds: int = BARRIERS
+    fleet: Any,
+    issuer: Any,
+    jobs: int,
+    backend: str,
+    rounds: int = BARRIERS,
+    cpu: CpuParts | None = None,
 ) -> list[dict[str, Any]]:
+    """Barriers one after another; with ``cpu``, the CPU each part used per job during each
+    (from issue to the last job's WRITTEN report, plus the time to read the counters)."""
     found = []
     for _ in range(rounds):
         calls_before = fleet.calls()
+        cpu_before = cpu() if cpu else {}
         started = time.monotonic()
         barrier = issuer.issue_barrier()
         finished = fleet.wait_written(barrier.barrier_id)
+        used = {k: (v - cpu_before[k]) * 1e3 / jobs for k, v in cpu().items()} if cpu else {}
         calls = sum(fleet.calls().values()) - sum(calls_before.values())
         found.append(
             {
@@ -202,10 +226,15 @@ def barrier_rounds(
                 "barrier": barrier.barrier_id,
                 "issue_to_all_written_s": finished - started,
                 "calls_per_job": calls / jobs,
+                "cpu_ms_per_job": used,
             }
         )
         took = finished - started
-        say(f"  barrier {barrier.barrier_id}: {took:.2f} s, {calls / jobs:.1f} calls/job")
+        split = ", ".join(f"{part} {ms:.2f}" for part, ms in used.items())
+        say(
+            f"  barrier {barrier.barrier_id}: {took:.2f} s, {calls / jobs:.1f} calls/job"
+            + (f"; CPU ms/job: {split}" if split else "")
+        )
     return found
 
 
@@ -288,7 +317,16 @@ def report(results: dict[str, Any]) -> None:
     print()
     print(
         format_rows(
-            ("backend", "jobs", "barrier", "issue -> all WRITTEN s", "calls/job"),
+            (
+                "backend",
+                "jobs",
+                "barrier",
+                "issue -> all WRITTEN s",
+                "calls/job",
+                "CPU ms/job: service",
+                "postgres",
+                "jobs",
+            ),
             [
                 (
                     b["backend"],
@@ -296,6 +334,7 @@ def report(results: dict[str, Any]) -> None:
                     b["barrier"],
                     b["issue_to_all_written_s"],
                     b["calls_per_job"],
+                    *(b["cpu_ms_per_job"].get(k) for k in ("service", "postgres", "jobs")),
                 )
                 for b in barriers
             ],

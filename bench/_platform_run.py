@@ -66,6 +66,24 @@ def service_pid(url: str) -> int:
     raise RuntimeError(f"no lockstep serve process on port {port}")
 
 
+def server_pid(store_url: str) -> int | None:
+    """The pid of the PostgreSQL server behind ``store_url`` (the parent of a backend), if
+    it runs on this machine; else None."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(store_url)
+    try:
+        with engine.connect() as connection:
+            backend = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    finally:
+        engine.dispose()
+    try:
+        stat = Path(f"/proc/{backend}/stat").read_text()
+    except OSError:
+        return None  # not here: a server on another machine
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
 @contextmanager
 def spy(pid: int, folder: Path | None, name: str) -> Iterator[None]:
     """With ``folder``, a py-spy flame graph (SVG) of ``pid`` while the block runs."""
@@ -193,6 +211,10 @@ class Fleet:
             for calls in self._calls:
                 total.update(calls)
         return dict(total)
+
+    def cpu_s(self) -> float:
+        """CPU seconds the worker processes running the jobs have used."""
+        return sum(cpu_s(p.pid) for p in self._processes if p.pid is not None)
 
     def heartbeats(self, on: bool) -> None:
         for pipe in self._pipes:

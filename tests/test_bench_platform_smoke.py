@@ -48,6 +48,11 @@ def test_platform_benchmark_service_and_embedded(tmp_path: Path) -> None:
             # round's look: never the dozens a 0.1 s poll would make
             assert 2 <= r["calls_per_job"] <= 6, r
     service = figures["service"]
+    for r in service["barriers"]:  # where each barrier's CPU went, per job
+        # PostgreSQL's part only when its server runs on this machine
+        assert {"service", "jobs"} <= set(r["cpu_ms_per_job"]) <= {"service", "postgres", "jobs"}
+        assert r["cpu_ms_per_job"]["service"] > 0
+    assert all(r["cpu_ms_per_job"] == {} for r in figures["sqlite"]["barriers"])
     assert {f["op"] for f in service["figures"]} >= {"GET /healthz (no-op)"}
     resolve = next(f for f in service["figures"] if f["op"] == "resolve 10 tables")
     assert resolve["baseline"] == "GET /healthz (interleaved)"
