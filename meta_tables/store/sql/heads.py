@@ -36,6 +36,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import VersionState
+from lockstep.meta_tables.store.sql import rows
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     TableHeadRow,
@@ -90,12 +91,8 @@ def deferred(s: Session) -> Iterator[None]:
     """Within the block, refreshes only note their tables; at its end (not at an error,
     which rolls the transaction back) one refresh recomputes them all. For a group of
     protocol calls (``group_commit.py``): none of them reads the heads."""
-    s.info[_DEFERRED] = set()
-    try:
+    with rows.gathering(s, _DEFERRED) as tables:
         yield
-        tables = s.info[_DEFERRED]
-    finally:
-        del s.info[_DEFERRED]
     refresh(s, sorted(tables))
 
 

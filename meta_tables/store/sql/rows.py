@@ -9,9 +9,10 @@ not autoflush, so it is only used for rows the session holds no pending objects 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Unpack
@@ -216,6 +217,19 @@ def load_job(s: Session, job_id: str, *, lock: bool) -> JobState:
     if lock:
         locked[job_id] = job
     return job
+
+
+@contextlib.contextmanager
+def gathering(s: Session, key: str) -> Iterator[set[str]]:
+    """``s.info[key]``, a set, while the block runs: work that would be done per call notes
+    its names there instead, to be done once after the block (not after an error, which
+    rolls the transaction back). ``heads.deferred`` and ``wakeups.gathered`` use it."""
+    names: set[str] = set()
+    s.info[key] = names
+    try:
+        yield names
+    finally:
+        del s.info[key]
 
 
 def lock_jobs(s: Session, job_ids: Collection[str]) -> None:

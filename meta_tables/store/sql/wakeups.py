@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy import Engine, bindparam, event, exists, func, select
 from sqlalchemy.orm import Session
 
+from lockstep.meta_tables.store.sql import rows
 from lockstep.meta_tables.store.sql.pg_options import listen_conninfo
 from lockstep.meta_tables.store.sql.schema import JobRow, JobSourceRow
 
@@ -129,12 +130,8 @@ def gathered(s: Session) -> Iterator[None]:
     """Within the block, :func:`announce_readers` only notes its tables; at its end (not
     at an error, which rolls the transaction back) one announcement names the readers of
     them all: one lookup and one ``NOTIFY`` for a group of reports (``group_commit.py``)."""
-    s.info[_GATHERED] = set()
-    try:
+    with rows.gathering(s, _GATHERED) as tables:
         yield
-        tables = s.info[_GATHERED]
-    finally:
-        del s.info[_GATHERED]
     if tables:
         announce_readers(s, sorted(tables))
 
