@@ -47,7 +47,8 @@ class CallsContract:
         assert outcomes[1] == barrier
         assert _states(outcomes[2]) == [("shopping", 1, shopping, PROCESSED)]
         assert _states(outcomes[3]) == [("shopping", 1, shopping, WRITTEN)]
-        assert outcomes[3][1] is None  # type: ignore[index]  # no barrier 2 issued
+        assert isinstance(outcomes[3], tuple)
+        assert outcomes[3][1] is None  # no barrier 2 issued
         assert outcomes[4] == barrier
         assert _states(outcomes[5]) == [("user_item_amount", 1, totals, PROCESSED)]
         assert _states(outcomes[6]) == [("user_item_amount", 1, totals, WRITTEN)]
