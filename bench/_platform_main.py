@@ -16,7 +16,7 @@ from _backends import PostgresUnavailable, lockstep_serve, postgres_database
 from _floor import http_round_trip, insert_commit, point_lookup
 from _output import format_rows, machine, say, write_json
 from _platform_jobs import EmbeddedJobs
-from _platform_run import Fleet, cpu_s, server_pid, service_pid, spy
+from _platform_run import Fleet, cpu_s, group_commit_counts, server_pid, service_pid, spy
 from _synthetic import Shape, Synthetic
 from _timing import HEADER, Figure, figure
 from sqlalchemy import create_engine
@@ -130,7 +130,12 @@ def service_run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         health = figure("GET /healthz (no-op)", "service", http_round_trip(svc, floor_n))
         healthz_cpu_s = (cpu_s(pid) - before) / (floor_n + 1)
         remote = RemoteMetadataStore(svc, token=token)
-        out: dict[str, Any] = {"figures": [commit, health], "barriers": [], "idle": []}
+        out: dict[str, Any] = {
+            "figures": [commit, health],
+            "barriers": [],
+            "idle": [],
+            "groups": [],
+        }
         out["healthz_cpu_ms"] = healthz_cpu_s * 1e3
         all_specs = specs(max(sizes))
         samples: list[float] = []
@@ -145,6 +150,7 @@ def service_run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     out["barriers"] += barrier_rounds(
                         fleet, remote, n, "service", args.barriers, cpu=cpu_parts(fleet)
                     )
+                out["groups"].append(mean_group(n, *group_commit_counts(svc, token)))
                 if n == min(IDLE_AT, max(sizes)):
                     out["figures"] += resolve_figures(
                         remote, all_specs_tables(all_specs[:n]), quick
@@ -155,6 +161,15 @@ def service_run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         out["batch_registration"] = time_batch_registration(remote, max(sizes))
         remote.close()
     return out
+
+
+def mean_group(jobs: int, calls: float, writes: float) -> dict[str, Any]:
+    """The protocol calls a store write applied, on average, since the service started: the
+    counters of one worker process (a scrape reaches whichever worker accepts it, so two
+    scrapes may not see the same counters, and no difference of two is taken)."""
+    mean = calls / writes if writes > 0 else None
+    say(f"  group commit so far (one worker): {calls:,.0f} calls in {writes:,.0f} writes")
+    return {"jobs": jobs, "calls": calls, "writes": writes, "calls_per_write": mean}
 
 
 def resolve_figures(remote: RemoteMetadataStore, tables: list[str], quick: bool) -> list[Figure]:
@@ -340,6 +355,16 @@ def report(results: dict[str, Any]) -> None:
             ],
         )
     )
+    groups = results.get("service", {}).get("groups", [])
+    if groups:
+        print()
+        print(
+            format_rows(
+                ("jobs", "group commit: calls", "store writes", "calls a write"),
+                [(g["jobs"], g["calls"], g["writes"], g["calls_per_write"]) for g in groups],
+            )
+        )
+        print("(since the service started, after each size's barriers: one worker's counters)")
     batch = results.get("service", {}).get("batch_registration")
     if batch:
         print(

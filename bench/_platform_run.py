@@ -84,6 +84,25 @@ def server_pid(store_url: str) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
+GROUP_COUNTERS = ("lockstep_group_commit_calls_total", "lockstep_group_commit_writes_total")
+
+
+def group_commit_counts(url: str, token: str) -> tuple[float, float]:
+    """(calls, writes) of the service's group commit so far, from ``/metrics``: the counters
+    of whichever worker process answers the scrape."""
+    import httpx
+
+    response = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"})
+    response.raise_for_status()
+    found = dict.fromkeys(GROUP_COUNTERS, 0.0)
+    for line in response.text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in found:
+            found[name] = float(value)
+    calls, writes = found.values()
+    return calls, writes
+
+
 @contextmanager
 def spy(pid: int, folder: Path | None, name: str) -> Iterator[None]:
     """With ``folder``, a py-spy flame graph (SVG) of ``pid`` while the block runs."""

@@ -53,6 +53,9 @@ def test_platform_benchmark_service_and_embedded(tmp_path: Path) -> None:
         assert {"service", "jobs"} <= set(r["cpu_ms_per_job"]) <= {"service", "postgres", "jobs"}
         assert r["cpu_ms_per_job"]["service"] > 0
     assert all(r["cpu_ms_per_job"] == {} for r in figures["sqlite"]["barriers"])
+    groups = service["groups"]  # the service's group commit, per size
+    assert [g["jobs"] for g in groups] == list(SIZES)
+    assert all(g["writes"] >= 1 and g["calls"] >= g["writes"] for g in groups), groups
     assert {f["op"] for f in service["figures"]} >= {"GET /healthz (no-op)"}
     resolve = next(f for f in service["figures"] if f["op"] == "resolve 10 tables")
     assert resolve["baseline"] == "GET /healthz (interleaved)"
