@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from pipelines import run_barrier
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from lockstep.meta_tables.store.sql.driver import leave_autocommit
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import ConsistencyLevel
 from lockstep.topology.model import JobSpec
@@ -68,3 +70,33 @@ def test_a_connection_the_server_dropped_is_replaced_and_the_read_made_again(
 
     assert found.versions["t"].barrier_id == 1
     assert _backend_pid(store) != first
+
+
+def test_a_connection_cut_off_mid_statement_is_invalidated_not_switched(
+    postgres_url: str,
+) -> None:
+    """A connection the server dropped while a statement ran can still say the statement is
+    under way; switching it out of autocommit then raises and hid the disconnect (a flaky
+    failure of the test above). It is invalidated instead."""
+    engine = create_engine(make_url(postgres_url).set(drivername="postgresql+psycopg"))
+    try:
+        pooled = engine.raw_connection()
+        driver = pooled.driver_connection
+        assert driver is not None
+        driver.autocommit = True
+        driver.pgconn.send_query(b"SELECT 1")  # a statement under way, its answer unread
+        with pytest.raises(psycopg.ProgrammingError, match="autocommit"):
+            driver.autocommit = False  # what the read's clean-up did
+        leave_autocommit(pooled)
+        assert not pooled.is_valid  # the pool will not hand it out again
+        pooled.close()
+
+        idle = engine.raw_connection()
+        assert idle.driver_connection is not None
+        idle.driver_connection.autocommit = True
+        leave_autocommit(idle)
+        assert idle.is_valid
+        assert idle.driver_connection.autocommit is False
+        idle.close()
+    finally:
+        engine.dispose()

@@ -93,7 +93,8 @@ class Statement:
             except engine.dialect.loaded_dbapi.Error as e:
                 if not engine.dialect.is_disconnect(e, pooled.dbapi_connection, None):
                     raise StoreError(f"metadata store read failed: {e}") from e
-                pooled.invalidate(e)  # the pool opens a new connection for the next read
+                if pooled.is_valid:
+                    pooled.invalidate(e)  # the pool opens a new connection for the next read
                 if attempt == 2:
                     raise StoreError(f"metadata store read failed, twice: {e}") from e
             finally:
@@ -112,5 +113,23 @@ def _execute(
         cursor.execute(sql, parameters)
         return list(cursor.fetchall())
     finally:
-        if postgres and not driver.closed:
-            driver.autocommit = False  # as SQLAlchemy's sessions expect it
+        if postgres:
+            leave_autocommit(pooled)
+
+
+def leave_autocommit(pooled: PoolProxiedConnection) -> None:
+    """Take a PostgreSQL connection out of autocommit, as SQLAlchemy's sessions expect it.
+
+    A connection the server dropped in the middle of a statement may still say that the
+    statement is under way; changing its mode then raises, and that error would hide the
+    disconnect the caller replaces the connection for. Such a connection is invalidated
+    instead (the pool never hands it out again)."""
+    from psycopg import pq
+
+    driver: Any = pooled.driver_connection
+    if driver.closed:
+        return
+    if driver.info.transaction_status != pq.TransactionStatus.IDLE:
+        pooled.invalidate()
+        return
+    driver.autocommit = False
