@@ -211,9 +211,7 @@ def load_job(s: Session, job_id: str, *, lock: bool) -> JobState:
     rows = s.connection().execute(_LOCKED_JOB if lock else _JOB, {"job_id": job_id}).all()
     if not rows:
         raise UnknownJobError(job_id)
-    external, start_after, token = rows[0][:3]
-    tables = _job_tables((job_id, kind, t, p) for *_, kind, t, p in rows if kind is not None)
-    job = JobState(_spec(job_id, external, tables), start_after, token)
+    job = _job_state(job_id, rows)
     if lock:
         locked[job_id] = job
     return job
@@ -244,9 +242,15 @@ def lock_jobs(s: Session, job_ids: Collection[str]) -> None:
     for row in s.connection().execute(_LOCKED_JOBS_ROWS, {"job_ids": wanted}):
         found.setdefault(row[0], []).append(row)
     for job_id, rows in found.items():
-        external, start_after, token = rows[0][1:4]
-        tables = _job_tables((job_id, kind, t, p) for *_, kind, t, p in rows if kind is not None)
-        locked[job_id] = JobState(_spec(job_id, external, tables), start_after, token)
+        locked[job_id] = _job_state(job_id, [row[1:] for row in rows])
+
+
+def _job_state(job_id: str, rows: Sequence[Sequence[Any]]) -> JobState:
+    """A job's state from its rows: (external sources, start_after, token, kind, table,
+    position), one row per table (kind None: a job with no tables)."""
+    external, start_after, token = rows[0][:3]
+    tables = _job_tables((job_id, kind, t, p) for *_, kind, t, p in rows if kind is not None)
+    return JobState(_spec(job_id, external, tables), start_after, token)
 
 
 def forget_job(s: Session, job_id: str) -> None:
