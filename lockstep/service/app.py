@@ -33,7 +33,6 @@ from lockstep.barrier.model import (
     TableVersion,
 )
 from lockstep.errors import (
-    AuthenticationError,
     InvalidRequestError,
     LockstepError,
     PermissionDeniedError,
@@ -44,8 +43,10 @@ from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql.schema import to_micros
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import Lease, SnapshotSet
+from lockstep.service.answers import answer, invalid_request, refusal
 from lockstep.service.auth import Role
 from lockstep.service.deps import Admin, Caller, Reader
+from lockstep.service.fast_path import FastPath, FastRoutes
 from lockstep.service.guard import DEFAULT_MAX_BODY_BYTES, Guard
 from lockstep.service.iceberg.config import IcebergSettings
 from lockstep.service.iceberg.mount import mount_iceberg
@@ -89,6 +90,7 @@ def create_app(
     iceberg: IcebergSettings | None = None,
     metrics_token: str | None = None,
     threads: int = DEFAULT_THREADS,
+    fast_path: bool = True,
 ) -> FastAPI:
     """The service app over ``store``; ``tokens`` None disables authentication (and then
     only same-origin requests are accepted, see ``guard.py``). ``catalog`` is the Iceberg
@@ -99,36 +101,36 @@ def create_app(
     long polls' looks, which hold at most half). The work is mostly Python holding the
     GIL between short store round trips, so a few threads keep the process busy; more
     only contend for the GIL: a 1,000-job barrier took 19% less time with 4 than with 12
-    (docs/benchmarks.md, Platform, "Eighth round")."""
+    (docs/benchmarks.md, Platform, "Eighth round").
+
+    ``fast_path``: the job protocol's three hot routes and resolve are answered by
+    ``fast_path.py`` rather than by FastAPI's routing (the same endpoints and answers, for
+    less CPU a request); False leaves every route to FastAPI."""
     app = FastAPI(title="Lockstep coordinator", version="1")
 
     async def _size_thread_pool() -> None:
         anyio.to_thread.current_default_thread_limiter().total_tokens = threads
 
     app.router.on_startup.append(_size_thread_pool)
+    fast = FastRoutes()
+    if fast_path:  # innermost: after the front door and the request metrics
+        app.add_middleware(FastPath, routes=fast)
     app.add_middleware(Guard, tokens=tokens, max_body_bytes=max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
     def _invalid_request(_request: Request, error: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in e['loc'])}: {e['msg']}" for e in error.errors()
-        )
-        payload = wire.error_payload(InvalidRequestError(f"invalid request: {problems}"))
-        return JSONResponse(payload, status_code=422)
+        return refusal(invalid_request(error.errors()))
 
     @app.exception_handler(LockstepError)
     def _lockstep_error(_request: Request, error: LockstepError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, AuthenticationError) else None
-        return JSONResponse(
-            wire.error_payload(error), status_code=wire.status_for(error), headers=headers
-        )
+        return refusal(error)
 
     @app.exception_handler(HTTPException)
     def _http_error(_request: Request, error: HTTPException) -> JSONResponse:
         # Starlette's own refusals (no such route, wrong method): the same envelope
-        refusal = InvalidRequestError(f"{error.detail} (HTTP {error.status_code})")
+        refused = InvalidRequestError(f"{error.detail} (HTTP {error.status_code})")
         return JSONResponse(
-            wire.error_payload(refusal), status_code=error.status_code, headers=error.headers
+            wire.error_payload(refused), status_code=error.status_code, headers=error.headers
         )
 
     app.state.tokens = tokens
@@ -137,9 +139,9 @@ def create_app(
     _add_catalog(app, catalog, serves_iceberg=iceberg is not None)
     _add_topology(app, store)
     _add_barriers(app, store)
-    watch_long_polls(app, add_job_protocol(app, store, threads=threads))
+    watch_long_polls(app, add_job_protocol(app, store, threads=threads, fast=fast))
     watch_group_commit(app, app.state.group_commit)
-    _add_reads(app, store, max_leases_per_caller=max_leases_per_caller)
+    _add_reads(app, store, max_leases_per_caller=max_leases_per_caller, fast=fast)
     _add_operations(app, store)
     _add_leadership(app, store)
     pool = SqlPool(sql_concurrency, sql_queue)
@@ -239,7 +241,9 @@ def _add_barriers(app: FastAPI, store: MetadataStore) -> None:
         return wire.dump(store.get_barrier(barrier_id), Barrier)
 
 
-def _add_reads(app: FastAPI, store: MetadataStore, *, max_leases_per_caller: int) -> None:
+def _add_reads(
+    app: FastAPI, store: MetadataStore, *, max_leases_per_caller: int, fast: FastRoutes
+) -> None:
     """Resolution and read leases. A lease belongs to the caller that took it: a read token
     sees, renews and releases only its own (an admin any), and holds at most
     ``max_leases_per_caller`` at once. The store keeps the owner as the holder's prefix
@@ -257,13 +261,13 @@ def _add_reads(app: FastAPI, store: MetadataStore, *, max_leases_per_caller: int
 
     loop_reads = _loop_reads(app, store)
 
-    @app.post("/v1/resolve")
+    @fast.post(app, "/v1/resolve")
     async def resolve(body: ResolveIn, _: Reader) -> Response:
         # on the event loop where the store can (loop_reads.py), else on a thread
         found = None if loop_reads is None else await loop_reads.resolve(body.tables, body.level)
         if found is None:
             found = await anyio.to_thread.run_sync(store.resolve, body.tables, body.level)
-        return Response(wire.dump_json(found, SnapshotSet), media_type="application/json")
+        return answer(found, SnapshotSet)
 
     @app.post("/v1/leases")
     def acquire_lease(body: LeaseIn, caller: Reader) -> Any:

@@ -43,8 +43,9 @@ def unknown_token() -> AuthenticationError:
     )
 
 
-def _authenticate(request: Request, authorization: str | None, needed: Role) -> Caller:
-    tokens: dict[str, Role] | None = request.app.state.tokens
+def authenticate(tokens: dict[str, Role] | None, authorization: str | None, needed: Role) -> Caller:
+    """The caller presenting ``authorization`` (an ``Authorization`` header's value), if its
+    token has the ``needed`` role; ``tokens`` None: every caller is the local admin."""
     if tokens is None:
         return Caller(Role.ADMIN, LOCAL_CALLER)
     presented = bearer(authorization)
@@ -61,7 +62,7 @@ def _authenticate(request: Request, authorization: str | None, needed: Role) -> 
 async def require_admin(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> Caller:
-    return _authenticate(request, authorization, Role.ADMIN)
+    return authenticate(request.app.state.tokens, authorization, Role.ADMIN)
 
 
 async def require_read(
@@ -69,9 +70,14 @@ async def require_read(
     authorization: Annotated[str | None, Header()] = None,
     token: Annotated[str | None, Query(description="for browsers: the bearer token")] = None,
 ) -> Caller:
-    if authorization is None and token is not None:
-        authorization = f"Bearer {token}"
-    return _authenticate(request, authorization, Role.READ)
+    presented = read_authorization(authorization, token)
+    return authenticate(request.app.state.tokens, presented, Role.READ)
+
+
+def read_authorization(authorization: str | None, token: str | None) -> str | None:
+    """A reader's credentials: the ``Authorization`` header, else a ``token`` query parameter
+    (what a browser can send)."""
+    return f"Bearer {token}" if authorization is None and token is not None else authorization
 
 
 Admin = Annotated[Caller, Depends(require_admin)]

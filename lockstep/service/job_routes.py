@@ -10,14 +10,17 @@ to a transaction (``group_commit.py``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Query
+from fastapi import FastAPI, Query, Response
 
 from lockstep.api import wire
 from lockstep.barrier.model import Barrier, JobInstance, JobProgress, RecoveryPlan, TableVersion
 from lockstep.meta_tables.store.base import MetadataStore
+from lockstep.service.answers import answer
 from lockstep.service.deps import Admin, Reader
+from lockstep.service.fast_path import FastRoutes
 from lockstep.service.group_commit import WRITES_AT_ONCE, GroupCommit
 from lockstep.service.requests import (
     INT64_MAX,
@@ -33,10 +36,20 @@ from lockstep.service.requests import (
 from lockstep.service.wakeup import LOOKS_AT_ONCE, BarrierWaits
 
 
-def add_job_protocol(app: FastAPI, store: MetadataStore, *, threads: int) -> BarrierWaits:
-    """The job protocol's routes on ``app``; returns the long polls' :class:`BarrierWaits`
-    (closed when the app shuts down). ``threads``: the service's (the looks of its long
-    polls hold at most half of them)."""
+@dataclass(frozen=True)
+class WrittenAndNextOut:
+    """The answer to ``written-and-next``."""
+
+    versions: list[TableVersion]
+    next_barrier: Barrier | None
+
+
+def add_job_protocol(
+    app: FastAPI, store: MetadataStore, *, threads: int, fast: FastRoutes
+) -> BarrierWaits:
+    """The job protocol's routes on ``app``, the hot three also on the ``fast`` path;
+    returns the long polls' :class:`BarrierWaits` (closed when the app shuts down).
+    ``threads``: the service's (the looks of its long polls hold at most half of them)."""
     groups = GroupCommit(store, writes_at_once=max(1, min(WRITES_AT_ONCE, threads // 2)))
     app.state.group_commit = groups
     waits = BarrierWaits(
@@ -54,25 +67,25 @@ def add_job_protocol(app: FastAPI, store: MetadataStore, *, threads: int) -> Bar
         store.heartbeat(job_id, body.token)
         return {"status": "ok"}
 
-    @app.post("/v1/jobs/{job_id}/next-barrier")
-    async def next_barrier(job_id: str, body: TokenIn, _: Admin, wait_s: WaitS = 0.0) -> Any:
+    @fast.post(app, "/v1/jobs/{job_id}/next-barrier")
+    async def next_barrier(job_id: str, body: TokenIn, _: Admin, wait_s: WaitS = 0.0) -> Response:
         """The job's next barrier, or null; with ``wait_s``, waiting up to that long for one."""
-        return wire.dump(await waits.next_barrier(job_id, body.token, wait_s), Barrier | None)
+        return answer(await waits.next_barrier(job_id, body.token, wait_s), Barrier | None)
 
-    @app.post("/v1/jobs/{job_id}/processed")
-    async def report_processed(job_id: str, body: ReportIn, _: Admin) -> Any:
+    @fast.post(app, "/v1/jobs/{job_id}/processed")
+    async def report_processed(job_id: str, body: ReportIn, _: Admin) -> Response:
         versions = await groups.report_processed(
             job_id, body.token, body.barrier_id, body.snapshots
         )
-        return wire.dump(versions, list[TableVersion])
+        return answer(versions, list[TableVersion])
 
     @app.post("/v1/jobs/{job_id}/written")
     def report_written(job_id: str, body: WrittenIn, _: Admin) -> Any:
         versions = store.report_written(job_id, body.token, body.barrier_id, body.snapshots)
         return wire.dump(versions, list[TableVersion])
 
-    @app.post("/v1/jobs/{job_id}/written-and-next")
-    async def report_written_and_next(job_id: str, body: WrittenIn, _: Admin) -> dict[str, Any]:
+    @fast.post(app, "/v1/jobs/{job_id}/written-and-next")
+    async def report_written_and_next(job_id: str, body: WrittenIn, _: Admin) -> Response:
         """The WRITTEN report, and the job's next barrier (null if none is available yet)."""
         mark = waits.mark(job_id)
         versions, found = await groups.report_written_and_next(
@@ -80,10 +93,7 @@ def add_job_protocol(app: FastAPI, store: MetadataStore, *, threads: int) -> Bar
         )
         if found is None:  # the job's poll that follows need not look again at once
             waits.found_nothing(job_id, body.token, mark)
-        return {
-            "versions": wire.dump(versions, list[TableVersion]),
-            "next_barrier": wire.dump(found, Barrier | None),
-        }
+        return answer(WrittenAndNextOut(versions, found), WrittenAndNextOut)
 
     @app.post("/v1/jobs/{job_id}/aborted")
     def report_aborted(job_id: str, body: BarrierRefIn, _: Admin) -> dict[str, int]:

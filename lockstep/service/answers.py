@@ -1,0 +1,41 @@
+"""The service's answers as HTTP responses: a domain value as JSON, and a refusal in the
+one error envelope (its status from :mod:`lockstep.api.wire`). Used by the routes, the
+app's exception handlers and the fast path (``fast_path.py``), so every way a request is
+answered says the same thing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from starlette.responses import JSONResponse, Response
+
+from lockstep.api import wire
+from lockstep.errors import AuthenticationError, InvalidRequestError, LockstepError
+
+JSON = "application/json"
+
+
+def answer(value: Any, kind: Any) -> Response:
+    """``value`` (of type ``kind``) as a JSON response, serialized by pydantic in one step
+    (no JSON-able data in between)."""
+    return Response(wire.dump_json(value, kind), media_type=JSON)
+
+
+def refusal(error: LockstepError) -> JSONResponse:
+    """The error envelope with the error's status; an authentication failure also names
+    the scheme to use."""
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, AuthenticationError) else None
+    return JSONResponse(
+        wire.error_payload(error), status_code=wire.status_for(error), headers=headers
+    )
+
+
+def invalid_request(problems: Iterable[Mapping[str, Any]]) -> InvalidRequestError:
+    """A request that failed validation: each problem (pydantic's ``loc`` and ``msg``) said
+    where it is, as ``body.token: Input should be a valid integer``."""
+    said = "; ".join(
+        f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}"
+        for problem in problems
+    )
+    return InvalidRequestError(f"invalid request: {said}")
