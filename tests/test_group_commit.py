@@ -6,6 +6,7 @@ store does once for a group rather than per call."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,10 +18,13 @@ from conftest import FakeClock
 from pipelines import register, snapshot_id
 from service_fixtures import running
 from sqlalchemy import event
+from sqlalchemy.orm import Session
 
 from lockstep.barrier.calls import Call, NextBarrier, Outcome, Processed, WrittenAndNext
 from lockstep.barrier.model import VersionState
 from lockstep.errors import FencedError, StoreError
+from lockstep.meta_tables.store.sql import rows
+from lockstep.meta_tables.store.sql.schema import JobBarrierRow
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.topology.model import JobSpec
 
@@ -186,3 +190,45 @@ def test_a_group_loads_its_jobs_refreshes_heads_and_announces_once(
     assert count("job_tables") == 0  # and never one by one
     assert count("INSERT INTO ls_table_head") == 1  # one refresh of both tables' heads
     assert count("SELECT DISTINCT ls_job_source.job_id") == 1  # one lookup of the readers
+    assert count("INSERT INTO ls_job_barrier") == 1  # both jobs' progress in one statement
+
+
+def test_progress_noted_in_a_group_is_written_as_one_by_one_statements_leave_it(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """rows.progress_deferred merges a job's notes on a barrier as the upserts one after
+    another would: the first start kept, the newest token, processed and written."""
+    t = [clock.advance(1) for _ in range(4)]
+    notes: list[dict[str, Any]] = [
+        {"token": 1, "started": t[0]},
+        {"token": 1, "started": t[1], "processed": t[1]},  # a later start is not kept
+        {"token": 2, "started": t[2]},
+        {"token": 2, "written": t[3]},
+    ]
+    found = []
+    for deferred in (False, True):
+        store = SqlMetadataStore.open(f"sqlite:///{tmp_path / f'{deferred}.db'}", clock=clock)
+        register(store)
+        store.issue_barrier()
+        store.issue_barrier()
+
+        def record(s: Session, deferred: bool = deferred) -> None:
+            with rows.progress_deferred(s) if deferred else contextlib.nullcontext():
+                rows.record_progress(s, "sum_price", 1, 1, started=t[0])  # another barrier
+                for note in notes:
+                    rows.record_progress(s, "sum_price", 2, **note)
+
+        store._write(record)
+        token = store._read(lambda s: s.get(JobBarrierRow, ("sum_price", 2)).token)
+        found.append((store.job_progress("sum_price"), token))
+        store.close()
+    assert found[0] == found[1]
+    progress, token = found[1]
+    newest = next(p for p in progress if p.barrier_id == 2)
+    assert (newest.started_at, newest.processed_at, newest.written_at, token) == (
+        t[0],
+        t[1],
+        t[3],
+        2,
+    )
+    assert len(progress) == 2

@@ -9,8 +9,9 @@ thread hand-off each, and the commit's round trip and flush.
 What a group does once rather than per call: it loads and locks all its jobs in one
 statement (in the order of their ids, so two replicas' groups do not deadlock), refreshes
 the heads of the tables its reports changed once (``heads.deferred``: no call of a group
-reads the heads), and announces the readers of the tables its reports wrote once
-(``wakeups.gathered``: one lookup, one ``NOTIFY``, one wake-up of this process's polls).
+reads the heads), announces the readers of the tables its reports wrote once
+(``wakeups.gathered``: one lookup, one ``NOTIFY``, one wake-up of this process's polls),
+and writes its jobs' progress rows in one statement (``rows.progress_deferred``).
 
 A refused call must change nothing, and the others must still apply. The protocol's rules
 raise before a report writes anything, but the group does not lean on that: at a refusal
@@ -48,7 +49,7 @@ def apply_in_order(s: Session, calls: Numbered, clock: Callable[[], datetime]) -
     :class:`Refused` at the first call refused (the caller rolls back)."""
     answers: dict[int, Answer] = {}
     rows.lock_jobs(s, [call.job_id for _, call in calls])
-    with heads.deferred(s), wakeups.gathered(s):
+    with heads.deferred(s), wakeups.gathered(s), rows.progress_deferred(s):
         for index, call in calls:
             try:
                 answers[index] = _apply(s, call, clock())

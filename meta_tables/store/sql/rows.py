@@ -187,6 +187,7 @@ def _spec(job_id: str, external_sources: str, tables: JobTables) -> JobSpec:
 
 
 _LOCKED_JOBS = "lockstep_locked_jobs"  # Session.info: the jobs loaded FOR UPDATE
+_DEFERRED_PROGRESS = "lockstep_deferred_progress"  # Session.info: progress rows to write
 
 
 @dataclass(frozen=True)
@@ -317,19 +318,45 @@ def record_progress(
 ) -> None:
     """Record the job's progress on a barrier in one statement (its row is created on first
     use): the reporting instance's token; ``started`` unless a start is recorded already;
-    ``processed`` and ``written`` when given."""
-    upsert = _progress_upsert(s.get_bind().dialect.name)
-    s.connection().execute(
-        upsert,
-        {
-            "job_id": job_id,
-            "barrier_id": barrier_id,
-            "token": token,
-            "started_at": started,
-            "processed_at": processed,
-            "written_at": written,
-        },
-    )
+    ``processed`` and ``written`` when given. Within :func:`progress_deferred`, only noted."""
+    row = {
+        "job_id": job_id,
+        "barrier_id": barrier_id,
+        "token": token,
+        "started_at": started,
+        "processed_at": processed,
+        "written_at": written,
+    }
+    noted: dict[tuple[str, int], dict[str, Any]] | None = s.info.get(_DEFERRED_PROGRESS)
+    if noted is None:
+        s.connection().execute(_progress_upsert(s.get_bind().dialect.name), row)
+    elif (earlier := noted.get((job_id, barrier_id))) is None:
+        noted[job_id, barrier_id] = row
+    else:  # as the upsert would leave the row after the earlier one
+        earlier["token"] = token
+        earlier["started_at"] = earlier["started_at"] or started
+        earlier["processed_at"] = processed or earlier["processed_at"]
+        earlier["written_at"] = written or earlier["written_at"]
+
+
+@contextlib.contextmanager
+def progress_deferred(s: Session) -> Iterator[None]:
+    """Within the block, :func:`record_progress` notes its rows, one per job and barrier
+    merged as its statements one after another would leave it; at the block's end (not at
+    an error, which rolls the transaction back) one statement writes them all. For a group
+    of protocol calls (``group_commit.py``): the only read of progress in a group is
+    whether a barrier's start is recorded, which spares a write that would change nothing
+    (the first start recorded is kept), so a start noted but not yet written changes no
+    answer."""
+    noted: dict[tuple[str, int], dict[str, Any]] = {}
+    s.info[_DEFERRED_PROGRESS] = noted
+    try:
+        yield
+    finally:
+        del s.info[_DEFERRED_PROGRESS]
+    if noted:
+        upsert = _progress_upsert(s.get_bind().dialect.name)
+        s.connection().execute(upsert, [noted[key] for key in sorted(noted)])
 
 
 @functools.cache
