@@ -1,4 +1,5 @@
-"""Resolve's one statement on the driver's own connection (``store/sql/driver.py``).
+"""Statements on the driver's own cursor (``store/sql/driver.py``): resolve's, and the
+reads in a write's transaction.
 
 The contract suites check its answers on SQLite and PostgreSQL. These check what it does to
 the pooled connection it borrows: autocommit is set back before the connection returns to
@@ -12,9 +13,12 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from pipelines import run_barrier
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, literal_column, select, table, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
+from lockstep.errors import StoreError
+from lockstep.meta_tables.store.sql import driver, rows
 from lockstep.meta_tables.store.sql.driver import leave_autocommit
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import ConsistencyLevel
@@ -100,3 +104,35 @@ def test_a_connection_cut_off_mid_statement_is_invalidated_not_switched(
         idle.close()
     finally:
         engine.dispose()
+
+
+def _terminate(postgres_url: str, pid: int) -> None:
+    admin = create_engine(make_url(postgres_url).set(drivername="postgresql+psycopg"))
+    with admin.connect() as connection:
+        assert connection.execute(text(f"SELECT pg_terminate_backend({pid})")).scalar()
+    admin.dispose()
+
+
+def test_a_read_in_a_write_fails_as_the_store_says_and_a_dropped_connection_is_replaced(
+    one_connection_store: SqlMetadataStore, postgres_url: str
+) -> None:
+    """``Statement.within`` reads in a write's transaction on the driver's cursor: its errors
+    leave as SQLAlchemy's, so the store words them as for any statement, and a connection
+    the server dropped is invalidated rather than handed out again."""
+    store = one_connection_store
+    missing = driver.Statement.compile(
+        select(literal_column("1")).select_from(table("ls_no_such_table")), store.engine.dialect, []
+    )
+    with pytest.raises(StoreError, match="ls_no_such_table"):
+        store._write(lambda s: missing.within(s, {}))
+    first = _backend_pid(store)
+
+    def read_after_the_drop(s: Session) -> object:
+        s.connection()  # the transaction holds the pool's one connection
+        _terminate(postgres_url, first)
+        return rows.versions_at(s, ["t"], 1)
+
+    with pytest.raises(StoreError, match="metadata store write failed"):
+        store._write(read_after_the_drop)
+    assert store._write(lambda s: rows.versions_at(s, ["t"], 1))["t"].barrier_id == 1
+    assert _backend_pid(store) != first

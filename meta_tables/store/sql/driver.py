@@ -1,4 +1,5 @@
-"""One read statement on the driver's own connection: the hottest read (resolve).
+"""Read statements on the driver's own cursor: the hottest reads (resolve, and the reads
+of a group of protocol calls).
 
 A read of one statement needs no transaction of its own, since a statement reads one
 snapshot of the store. SQLite's connections are in autocommit mode (``engine._configure``
@@ -10,6 +11,11 @@ statement itself on SQLite (docs/benchmarks.md, "Platform").
 The statement is still built with SQLAlchemy, and compiled once per dialect. Its list
 parameter (:func:`in_list`) is one value: a JSON array on SQLite (``json_each``), an array on
 PostgreSQL (``= ANY``). So the compiled text stays the same whatever the list's length.
+
+:meth:`Statement.run` reads on a pooled connection of its own; :meth:`Statement.within`
+reads inside a session's transaction, on its connection. Either returns the driver's
+values: a column with a SQLAlchemy type that converts (``UtcMicros``) is the caller's to
+convert.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from typing import Any, Unpack
 from sqlalchemy import ColumnElement, Engine, String, any_, bindparam, func, literal_column, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy.orm import InstrumentedAttribute, Session
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import Select
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from lockstep.errors import StoreError
 from lockstep.meta_tables.store.sql.engine import no_free_connection
@@ -62,7 +70,8 @@ class Statement:
         positional = compiled.positiontup if dialect.positional else None
         return cls(
             sql=compiled.string,
-            defaults=compiled.construct_params(dict.fromkeys(lists)),
+            # the bound literals' values; the parameters, given at each run, stand as None
+            defaults=compiled.construct_params(dict.fromkeys(_parameters(compiled, lists))),
             order=tuple(positional) if positional is not None else None,
             lists=frozenset(lists),
             json_lists=dialect.name == "sqlite",
@@ -100,6 +109,41 @@ class Statement:
             finally:
                 pooled.close()
         raise AssertionError("unreachable")
+
+    def within(self, s: Session, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """The statement's rows, read in ``s``'s transaction on its connection's cursor. As
+        from ``Connection.execute``: the engine's ``before``/``after_cursor_execute``
+        listeners hear it, a driver error leaves as SQLAlchemy's (``DBAPIError``), so the
+        store's retries and messages apply, and a dropped connection is invalidated."""
+        connection = s.connection()
+        pooled = connection.connection
+        cursor = pooled.cursor()
+        parameters = self.parameters(values)
+        heard = connection.dispatch  # the engine's statement listeners hear it (plan checks)
+        try:
+            heard.before_cursor_execute(connection, cursor, self.sql, parameters, None, False)
+            cursor.execute(self.sql, parameters)
+            heard.after_cursor_execute(connection, cursor, self.sql, parameters, None, False)
+            return list(cursor.fetchall())
+        except connection.dialect.loaded_dbapi.Error as e:
+            dropped = connection.dialect.is_disconnect(e, pooled.dbapi_connection, cursor)
+            if dropped:
+                connection.invalidate(e)
+            raise DBAPIError.instance(
+                self.sql,
+                parameters,
+                e,
+                connection.dialect.loaded_dbapi.Error,
+                connection_invalidated=dropped,
+                dialect=connection.dialect,
+            ) from e
+        finally:
+            cursor.close()
+
+
+def _parameters(compiled: SQLCompiler, lists: Sequence[str]) -> set[str]:
+    """The statement's parameters: its lists, and every bound value without one of its own."""
+    return {*lists, *(name for name, bind in compiled.binds.items() if bind.required)}
 
 
 def _execute(

@@ -15,12 +15,11 @@ import json
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Unpack
+from typing import Any
 
 from sqlalchemy import (
     Executable,
     Integer,
-    Select,
     String,
     bindparam,
     func,
@@ -31,11 +30,13 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.selectable import TableValuedAlias
 
 from lockstep.barrier.model import Barrier, TableVersion, VersionState
 from lockstep.errors import UnknownBarrierError, UnknownJobError
+from lockstep.meta_tables.store.sql import driver
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     JobBarrierRow,
@@ -43,6 +44,7 @@ from lockstep.meta_tables.store.sql.schema import (
     JobSinkRow,
     JobSourceRow,
     TableVersionRow,
+    from_micros,
 )
 from lockstep.topology.graph import Topology
 from lockstep.topology.model import JobSpec
@@ -119,9 +121,10 @@ def unnested_names() -> TableValuedAlias:
     return names.table_valued("name").render_derived("t")
 
 
-@functools.cache
-def _versions_at(dialect: str, *, several: bool) -> Select[Unpack[tuple[Any, ...]]]:
-    """The named tables' versions at a barrier; ``:tables`` the names, ``:at`` the barrier.
+def _versions_at(dialect: Dialect, *, several: bool) -> driver.Statement:
+    """The named tables' versions at a barrier, for the driver's cursor, compiled once per
+    dialect: ``:tables`` the names (``several``) or ``:table`` the one name, ``:at`` the
+    barrier.
 
     On PostgreSQL, for ``several`` names, the names are unnested and each version sought by
     primary key (``LATERAL ... LIMIT 1``). Given ``table_name IN (...) AND barrier_id =
@@ -129,17 +132,31 @@ def _versions_at(dialect: str, *, several: bool) -> Select[Unpack[tuple[Any, ...
     version at the barrier by name: 1,000 rows read for two at 1,000 tables, fresh
     statistics or analyzed. One name is an equality on the primary key, planned as such and
     cheaper to plan than the seeks. SQLite seeks each name of the list by primary key."""
-    if dialect != "postgresql" or not several:
-        named = TV.table_name.in_(bindparam("tables", expanding=True))
-        return select(*_VERSION_COLUMNS).where(named, TV.barrier_id == bindparam("at"))
-    names = unnested_names()
-    seek = (
-        select(*_VERSION_COLUMNS)
-        .where(TV.table_name == names.c.name, TV.barrier_id == bindparam("at"))
-        .limit(SEEK_ONE)
-        .lateral("v")
-    )
-    return select(*seek.c).select_from(names).join(seek, true())
+    key = (dialect.name, several)
+    found = _VERSIONS_AT.get(key)
+    if found is not None:
+        return found
+    at = TV.barrier_id == bindparam("at")
+    if not several:
+        statement = select(*_VERSION_COLUMNS).where(TV.table_name == bindparam("table"), at)
+    elif dialect.name != "postgresql":
+        named = driver.in_list(TV.table_name, "tables", dialect)
+        statement = select(*_VERSION_COLUMNS).where(named, at)
+    else:
+        names = unnested_names()
+        seek = (
+            select(*_VERSION_COLUMNS)
+            .where(TV.table_name == names.c.name, at)
+            .limit(SEEK_ONE)
+            .lateral("v")
+        )
+        statement = select(*seek.c).select_from(names).join(seek, true())
+    lists = ["tables"] if several else []
+    found = _VERSIONS_AT[key] = driver.Statement.compile(statement, dialect, lists)
+    return found
+
+
+_VERSIONS_AT: dict[tuple[str, bool], driver.Statement] = {}
 
 
 def to_version(row: TableVersionRow) -> TableVersion:
@@ -282,13 +299,26 @@ def barrier(s: Session, barrier_id: int) -> Barrier:
 
 
 def versions_at(s: Session, tables: Sequence[str], barrier_id: int) -> dict[str, TableVersion]:
-    """The tables' versions at a barrier (those that have one), in one statement."""
-    conn = s.connection()
-    statement = _versions_at(conn.dialect.name, several=len(tables) > 1)
-    rows = conn.execute(statement, {"tables": list(tables), "at": barrier_id})
+    """The tables' versions at a barrier (those that have one), in one statement on the
+    driver's cursor: each report reads it once or twice, and SQLAlchemy's execution of a
+    statement costs more than the statement (docs/benchmarks.md, Platform)."""
+    if not tables:
+        return {}
+    several = len(tables) > 1
+    named = {"tables": list(tables)} if several else {"table": tables[0]}
+    statement = _versions_at(s.get_bind().dialect, several=several)
     return {
-        table: TableVersion(table, at, snapshot_id, VersionState(state), processed, written)
-        for table, at, snapshot_id, state, processed, written in rows
+        table: TableVersion(
+            table,
+            at,
+            snapshot_id,
+            VersionState(state),
+            None if processed is None else from_micros(processed),
+            None if written is None else from_micros(written),
+        )
+        for table, at, snapshot_id, state, processed, written in statement.within(
+            s, {**named, "at": barrier_id}
+        )
     }
 
 
