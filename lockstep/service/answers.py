@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from lockstep.api import wire
@@ -28,6 +29,15 @@ def refusal(error: LockstepError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, AuthenticationError) else None
     return JSONResponse(
         wire.error_payload(error), status_code=wire.status_for(error), headers=headers
+    )
+
+
+def http_refusal(error: HTTPException) -> JSONResponse:
+    """Starlette's and FastAPI's own refusals (no such route, a wrong method, a body that
+    is not text) in the same envelope, with their status."""
+    refused = InvalidRequestError(f"{error.detail} (HTTP {error.status_code})")
+    return JSONResponse(
+        wire.error_payload(refused), status_code=error.status_code, headers=error.headers
     )
 
 

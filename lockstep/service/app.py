@@ -33,7 +33,6 @@ from lockstep.barrier.model import (
     TableVersion,
 )
 from lockstep.errors import (
-    InvalidRequestError,
     LockstepError,
     PermissionDeniedError,
     ServiceBusyError,
@@ -43,7 +42,7 @@ from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql.schema import to_micros
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import Lease, SnapshotSet
-from lockstep.service.answers import answer, invalid_request, refusal
+from lockstep.service.answers import answer, http_refusal, invalid_request, refusal
 from lockstep.service.auth import Role
 from lockstep.service.deps import Admin, Caller, Reader
 from lockstep.service.fast_path import FastPath, FastRoutes
@@ -127,11 +126,7 @@ def create_app(
 
     @app.exception_handler(HTTPException)
     def _http_error(_request: Request, error: HTTPException) -> JSONResponse:
-        # Starlette's own refusals (no such route, wrong method): the same envelope
-        refused = InvalidRequestError(f"{error.detail} (HTTP {error.status_code})")
-        return JSONResponse(
-            wire.error_payload(refused), status_code=error.status_code, headers=error.headers
-        )
+        return http_refusal(error)
 
     app.state.tokens = tokens
     add_metrics(app, store, token=metrics_token)  # GET /metrics, and request counting

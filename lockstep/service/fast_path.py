@@ -33,11 +33,12 @@ from urllib.parse import parse_qsl
 from fastapi import FastAPI
 from pydantic import BaseModel, ValidationError, create_model
 from starlette.convertors import Convertor
+from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.routing import compile_path
 
 from lockstep.errors import LockstepError
-from lockstep.service.answers import invalid_request, refusal
+from lockstep.service.answers import http_refusal, invalid_request, refusal
 from lockstep.service.auth import Role
 from lockstep.service.deps import Admin, Caller, Reader, authenticate, read_authorization
 from lockstep.service.guard import ASGIApp, Receive, Scope, Send
@@ -115,9 +116,13 @@ class FastRoute:
         if not raw:
             return [{"loc": (_BODY,), "msg": "Field required"}]
         try:
-            arguments[_BODY] = self.body.model_validate(json.loads(raw))
+            data = json.loads(raw)
         except json.JSONDecodeError as e:
             return [{"loc": (_BODY, e.pos), "msg": "JSON decode error"}]
+        except (ValueError, RecursionError) as e:  # not Unicode text, or nested too deep
+            raise HTTPException(400, "There was an error parsing the body") from e
+        try:
+            arguments[_BODY] = self.body.model_validate(data)
         except ValidationError as e:
             return [{**p, "loc": (_BODY, *p["loc"])} for p in e.errors()]
         return []
@@ -176,6 +181,8 @@ class FastPath:
             response = await route.answer(scope, receive, path)
         except LockstepError as error:
             response = refusal(error)
+        except HTTPException as error:  # a body that is not text, as FastAPI refuses it
+            response = http_refusal(error)
         await response(scope, receive, send)
 
 

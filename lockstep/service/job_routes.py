@@ -5,7 +5,7 @@ A job's barrier costs two or three calls: ``next-barrier`` (waiting on the servi
 polling it: ``wakeup.py``), ``processed``, and ``written-and-next``, whose answer carries
 the job's next barrier when one is already available (when none is, the poll that follows
 starts waiting without looking again). Those three are applied in groups, many jobs' calls
-to a transaction (``group_commit.py``).
+to a transaction (``group_commit.py``), and answered by the fast path (``fast_path.py``).
 """
 
 from __future__ import annotations
