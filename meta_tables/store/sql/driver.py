@@ -21,7 +21,7 @@ convert.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
 
@@ -139,6 +139,22 @@ class Statement:
             ) from e
         finally:
             cursor.close()
+
+
+def compiled(
+    key: Hashable,
+    dialect: Dialect,
+    build: Callable[[], Select[Unpack[tuple[Any, ...]]]],
+    lists: Sequence[str] = (),
+) -> Statement:
+    """The statement ``build`` makes, compiled for ``dialect`` once (``key`` names it)."""
+    found = _COMPILED.get((dialect.name, key))
+    if found is None:
+        found = _COMPILED[dialect.name, key] = Statement.compile(build(), dialect, lists)
+    return found
+
+
+_COMPILED: dict[tuple[str, Hashable], Statement] = {}
 
 
 def _parameters(compiled: SQLCompiler, lists: Sequence[str]) -> set[str]:

@@ -42,7 +42,7 @@ from lockstep.barrier.model import (
     VersionState,
 )
 from lockstep.errors import ProtocolError, UnknownBarrierError
-from lockstep.meta_tables.store.sql import heads, resolve, revision
+from lockstep.meta_tables.store.sql import driver, heads, resolve, revision
 from lockstep.meta_tables.store.sql.rows import (
     JobState,
     forget_job,
@@ -61,6 +61,7 @@ from lockstep.meta_tables.store.sql.schema import (
     JobRow,
     PendingCommitRow,
     TableVersionRow,
+    from_micros,
 )
 from lockstep.topology.model import JobSpec
 
@@ -194,11 +195,14 @@ def expected_barrier(
     """The job's next barrier: after its last written one, and available to it (one
     statement; two for an intermediate job). ``known_available``: a barrier all its
     sources are known to have WRITTEN."""
-    spec, conn, params = job.spec, s.connection(), _progress_params(job)
+    spec, dialect, params = job.spec, s.get_bind().dialect, _progress_params(job)
     if spec.is_root:
-        return conn.scalar(_ROOT_NEXT, params)
+        [(found,)] = driver.compiled("root_next", dialect, lambda: _ROOT_NEXT).within(s, params)
+        return found  # type: ignore[no-any-return]
+    sources = len(spec.sources)
     params.update((f"source_{i}", t) for i, t in enumerate(spec.sources))
-    row = conn.execute(_sources_next(len(spec.sources)), params).one()
+    search = driver.compiled(("sources_next", sources), dialect, lambda: _sources_next(sources))
+    [row] = search.within(s, params)
     firsts = [b for b in row if b is not None]
     if len(firsts) < len(spec.sources):
         return None  # a source has not WRITTEN a barrier after the job's progress yet
@@ -223,10 +227,12 @@ _BARRIER_STARTED = (
 def _barrier_started(s: Session, job_id: str, barrier_id: int) -> tuple[Barrier, bool]:
     """The barrier, and whether the job has recorded its start."""
     params = {"job_id": job_id, "barrier_id": barrier_id}
-    found = s.connection().execute(_BARRIER_STARTED, params).first()
-    if found is None:
+    statement = driver.compiled("barrier_started", s.get_bind().dialect, lambda: _BARRIER_STARTED)
+    found = statement.within(s, params)
+    if not found:
         raise UnknownBarrierError(barrier_id)
-    return Barrier(barrier_id, found.ts), found.started_at is not None
+    [(ts, started_at)] = found
+    return Barrier(barrier_id, from_micros(ts)), started_at is not None
 
 
 def find_next_barrier(s: Session, job_id: str, token: int) -> tuple[Barrier | None, bool]:
@@ -288,7 +294,8 @@ def report_processed(
     protocol.check_token(job_id, token, job.current_token)
     spec, conn = job.spec, s.connection()
     params = {"barrier_id": barrier_id, "first_sink": spec.sinks[0]}
-    issued, written = conn.execute(_ISSUED_AND_LAST_WRITTEN, params).one()
+    facts = driver.compiled("issued", conn.dialect, lambda: _ISSUED_AND_LAST_WRITTEN)
+    [(issued, written)] = facts.within(s, params)
     if not issued:
         protocol.check_sinks(spec, barrier_id, snapshots)
         raise ProtocolError(job_id, barrier_id, "this barrier has not been issued yet")
