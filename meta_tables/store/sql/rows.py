@@ -15,11 +15,12 @@ import json
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import (
     Executable,
     Integer,
+    Select,
     String,
     bindparam,
     func,
@@ -132,17 +133,14 @@ def _versions_at(dialect: Dialect, *, several: bool) -> driver.Statement:
     version at the barrier by name: 1,000 rows read for two at 1,000 tables, fresh
     statistics or analyzed. One name is an equality on the primary key, planned as such and
     cheaper to plan than the seeks. SQLite seeks each name of the list by primary key."""
-    key = (dialect.name, several)
-    found = _VERSIONS_AT.get(key)
-    if found is not None:
-        return found
-    at = TV.barrier_id == bindparam("at")
-    if not several:
-        statement = select(*_VERSION_COLUMNS).where(TV.table_name == bindparam("table"), at)
-    elif dialect.name != "postgresql":
-        named = driver.in_list(TV.table_name, "tables", dialect)
-        statement = select(*_VERSION_COLUMNS).where(named, at)
-    else:
+
+    def build() -> Select[Unpack[tuple[Any, ...]]]:
+        at = TV.barrier_id == bindparam("at")
+        if not several:
+            return select(*_VERSION_COLUMNS).where(TV.table_name == bindparam("table"), at)
+        if dialect.name != "postgresql":
+            named = driver.in_list(TV.table_name, "tables", dialect)
+            return select(*_VERSION_COLUMNS).where(named, at)
         names = unnested_names()
         seek = (
             select(*_VERSION_COLUMNS)
@@ -150,13 +148,10 @@ def _versions_at(dialect: Dialect, *, several: bool) -> driver.Statement:
             .limit(SEEK_ONE)
             .lateral("v")
         )
-        statement = select(*seek.c).select_from(names).join(seek, true())
+        return select(*seek.c).select_from(names).join(seek, true())
+
     lists = ["tables"] if several else []
-    found = _VERSIONS_AT[key] = driver.Statement.compile(statement, dialect, lists)
-    return found
-
-
-_VERSIONS_AT: dict[tuple[str, bool], driver.Statement] = {}
+    return driver.compiled(("versions_at", several), dialect, build, lists)
 
 
 def to_version(row: TableVersionRow) -> TableVersion:
