@@ -97,16 +97,13 @@ def session_lookup(dialect: str, level: ConsistencyLevel) -> Lookup:
 
 def driver_lookup(engine: Engine, level: ConsistencyLevel) -> driver.Statement:
     """The lookup compiled for the driver's own cursor (:mod:`.driver`), once per dialect."""
-    key = (engine.dialect.name, level)
-    found = _COMPILED.get(key)
-    if found is None:
-        named = driver.in_list(TableRow.table_name, "tables", engine.dialect)
-        statement = _lookup(engine.dialect.name, level, named)
-        found = _COMPILED[key] = driver.Statement.compile(statement, engine.dialect, ["tables"])
-    return found
+    dialect = engine.dialect
 
+    def build() -> Lookup:
+        named = driver.in_list(TableRow.table_name, "tables", dialect)
+        return _lookup(dialect.name, level, named)
 
-_COMPILED: dict[tuple[str, ConsistencyLevel], driver.Statement] = {}
+    return driver.compiled(("lookup", level), dialect, build, ["tables"])
 
 
 def _lookup(dialect: str, level: ConsistencyLevel, named: ColumnElement[bool]) -> Lookup:
