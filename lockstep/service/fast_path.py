@@ -41,7 +41,7 @@ from lockstep.errors import LockstepError
 from lockstep.service.answers import http_refusal, invalid_request, refusal
 from lockstep.service.auth import Role
 from lockstep.service.deps import Admin, Caller, Reader, authenticate, read_authorization
-from lockstep.service.guard import ASGIApp, Receive, Scope, Send
+from lockstep.service.guard import ASGIApp, Receive, Scope, Send, read_body
 
 Endpoint = Callable[..., Awaitable[Response]]
 E = TypeVar("E", bound=Endpoint)
@@ -105,7 +105,7 @@ class FastRoute:
                 arguments.update(dict(self.query.model_validate(given)))
             except ValidationError as e:
                 problems += [{**p, "loc": ("query", *p["loc"])} for p in e.errors()]
-        problems += self._parse_body(await _body(receive), arguments)
+        problems += self._parse_body(await read_body(receive), arguments)
         if problems:
             raise invalid_request(problems)
         return await self.endpoint(**arguments)
@@ -184,15 +184,3 @@ class FastPath:
         except HTTPException as error:  # a body that is not text, as FastAPI refuses it
             response = http_refusal(error)
         await response(scope, receive, send)
-
-
-async def _body(receive: Receive) -> bytes:
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break  # the client went away
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)

@@ -96,25 +96,32 @@ class Guard:
             )
 
     async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break  # the client went away: the app sees an empty body and the disconnect
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise RequestTooLargeError(self.max_body_bytes)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        body = await read_body(receive, self.max_body_bytes)
         if body and "content-type" not in headers:
             raise UnsupportedContentTypeError(
                 "request bodies are JSON: send 'Content-Type: application/json'"
             )
         return body
+
+
+async def read_body(receive: Receive, max_bytes: int | None = None) -> bytes:
+    """A request's whole body, read from ``receive``; RequestTooLargeError as soon as it
+    passes ``max_bytes``, never buffered past it. A client that went away leaves what was
+    read (the app then sees the disconnect)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break  # the client went away: the app sees an empty body and the disconnect
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if max_bytes is not None and size > max_bytes:
+            raise RequestTooLargeError(max_bytes)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
 
 
 def _same_origin(headers: dict[str, str]) -> bool:
