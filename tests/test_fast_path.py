@@ -34,15 +34,19 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 READER = {"Authorization": f"Bearer {READ_TOKEN}"}
 JOB = "/v1/jobs/load_shopping"
 NOT_JSON = b'{"token": 1,'
+JSON_TYPE = ("Content-Type", "application/json")
 
 # (path, query, headers, body as JSON or raw bytes); "{token}" is the attached instance's
-REQUESTS: list[tuple[str, dict[str, Any], dict[str, str], Any]] = [
+Headers = dict[str, str] | list[tuple[str, str]]  # a list: a header given twice
+REQUESTS: list[tuple[str, dict[str, Any], Headers, Any]] = [
     (f"{JOB}/next-barrier", {}, ADMIN, {"token": "{token}"}),
     (f"{JOB}/next-barrier", {"wait_s": "0.01"}, ADMIN, {"token": "{token}"}),
     (f"{JOB}/next-barrier", {"wait_s": "100"}, ADMIN, {"token": "{token}"}),
     (f"{JOB}/next-barrier", {"wait_s": "soon"}, ADMIN, {"token": "{token}"}),
     (f"{JOB}/next-barrier", {}, ADMIN, {"token": 999}),  # a fenced instance
     (f"{JOB}/next-barrier", {}, READER, {"token": "{token}"}),  # a read token may not
+    # two tokens: the first is the caller's, as FastAPI reads a header (a read token: 403)
+    (f"{JOB}/next-barrier", {}, [*READER.items(), *ADMIN.items()], {"token": "{token}"}),
     ("/v1/jobs/ghost/next-barrier", {}, ADMIN, {"token": 1}),
     (f"{JOB}/processed", {}, ADMIN, {"token": "{token}", "barrier_id": 1}),  # no snapshots
     (f"{JOB}/processed", {}, ADMIN, {"token": "x", "barrier_id": -0.5, "snapshots": []}),
@@ -102,7 +106,7 @@ def _send(client: httpx.Client, token: int, request: Any) -> httpx.Response:
     return client.post(
         path,
         params=query,
-        headers={**headers, "Content-Type": "application/json"},
+        headers=[*(headers.items() if isinstance(headers, dict) else headers), JSON_TYPE],
         content=content,
     )
 

@@ -96,11 +96,10 @@ class FastRoute:
 
     async def answer(self, scope: Scope, receive: Receive, path: Mapping[str, Any]) -> Response:
         """What the endpoint answers this request (raises LockstepError to refuse it)."""
-        caller = self._caller(scope)
-        arguments: dict[str, Any] = {**path, self.caller: caller}
+        given = dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
+        arguments: dict[str, Any] = {**path, self.caller: self._caller(scope, given)}
         problems: list[dict[str, Any]] = []
         if self.query is not None:
-            given = dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
             try:
                 arguments.update(dict(self.query.model_validate(given)))
             except ValidationError as e:
@@ -127,14 +126,14 @@ class FastRoute:
             return [{**p, "loc": (_BODY, *p["loc"])} for p in e.errors()]
         return []
 
-    def _caller(self, scope: Scope) -> Caller:
-        authorization = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value.decode("latin-1")
+    def _caller(self, scope: Scope, query: Mapping[str, str]) -> Caller:
+        """The caller by the first ``Authorization`` header, as FastAPI's ``Header()`` reads
+        it (a reader's by the ``token`` query parameter when there is none)."""
+        authorization = next(
+            (v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None
+        )
         if self.role is Role.READ:
-            token = dict(parse_qsl(scope["query_string"].decode("latin-1"))).get("token")
-            authorization = read_authorization(authorization, token)
+            authorization = read_authorization(authorization, query.get("token"))
         return authenticate(scope["app"].state.tokens, authorization, self.role)
 
 
