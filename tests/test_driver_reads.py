@@ -45,6 +45,15 @@ def _backend_pid(store: SqlMetadataStore) -> int:
         return int(connection.execute(text("SELECT pg_backend_pid()")).scalar_one())
 
 
+def _terminate(postgres_url: str, pid: int) -> None:
+    """The server drops the connection of backend ``pid``."""
+    admin = create_engine(make_url(postgres_url).set(drivername="postgresql+psycopg"))
+    with admin.connect() as connection:
+        killed = connection.execute(text(f"SELECT pg_terminate_backend({pid})")).scalar()
+    admin.dispose()
+    assert killed is True
+
+
 def test_a_resolve_gives_its_connection_back_out_of_autocommit(
     one_connection_store: SqlMetadataStore,
 ) -> None:
@@ -64,11 +73,7 @@ def test_a_connection_the_server_dropped_is_replaced_and_the_read_made_again(
 ) -> None:
     store = one_connection_store
     first = _backend_pid(store)
-    admin = create_engine(make_url(postgres_url).set(drivername="postgresql+psycopg"))
-    with admin.connect() as connection:
-        killed = connection.execute(text(f"SELECT pg_terminate_backend({first})")).scalar()
-    admin.dispose()
-    assert killed is True
+    _terminate(postgres_url, first)
 
     found = store.resolve(["t"], ConsistencyLevel.READ_COMMITTED)
 
@@ -104,13 +109,6 @@ def test_a_connection_cut_off_mid_statement_is_invalidated_not_switched(
         idle.close()
     finally:
         engine.dispose()
-
-
-def _terminate(postgres_url: str, pid: int) -> None:
-    admin = create_engine(make_url(postgres_url).set(drivername="postgresql+psycopg"))
-    with admin.connect() as connection:
-        assert connection.execute(text(f"SELECT pg_terminate_backend({pid})")).scalar()
-    admin.dispose()
 
 
 def test_a_read_in_a_write_fails_as_the_store_says_and_a_dropped_connection_is_replaced(
