@@ -1,5 +1,5 @@
-"""Read statements on the driver's own cursor: the hottest reads (resolve, and the reads
-of a group of protocol calls).
+"""Statements on the driver's own cursor: the hottest reads (resolve, and the reads of a
+group of protocol calls) and the writes of a group's reports.
 
 A read of one statement needs no transaction of its own, since a statement reads one
 snapshot of the store. SQLite's connections are in autocommit mode (``engine._configure``
@@ -13,17 +13,19 @@ parameter (:func:`in_list`) is one value: a JSON array on SQLite (``json_each``)
 PostgreSQL (``= ANY``). So the compiled text stays the same whatever the list's length.
 
 :meth:`Statement.run` reads on a pooled connection of its own; :meth:`Statement.within`
-reads inside a session's transaction, on its connection. Either returns the driver's
-values: a column with a SQLAlchemy type that converts (``UtcMicros``) is the caller's to
-convert.
+reads inside a session's transaction, on its connection, and :meth:`Statement.write` writes
+there (one row, or many in one ``executemany``). A parameter is converted as its column's
+SQLAlchemy type would (a datetime to ``UtcMicros``); a read returns the driver's values: a
+column with a type that converts is the caller's to convert.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Unpack
+from typing import Any
 
 from sqlalchemy import ColumnElement, Engine, String, any_, bindparam, func, literal_column, select
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -32,7 +34,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import InstrumentedAttribute, Session
 from sqlalchemy.pool import PoolProxiedConnection
-from sqlalchemy.sql import Select
+from sqlalchemy.sql import ClauseElement, Select
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from lockstep.errors import StoreError
@@ -61,13 +63,18 @@ class Statement:
     order: tuple[str, ...] | None  # a positional driver's parameter order
     lists: frozenset[str]  # the parameters that take a list (:func:`in_list`)
     json_lists: bool  # SQLite: a list is passed as JSON text
+    converts: Mapping[str, Callable[[Any], Any]]  # parameters whose type converts them
 
     @classmethod
-    def compile(
-        cls, statement: Select[Unpack[tuple[Any, ...]]], dialect: Dialect, lists: Sequence[str]
-    ) -> Statement:
+    def compile(cls, statement: ClauseElement, dialect: Dialect, lists: Sequence[str]) -> Statement:
         compiled = statement.compile(dialect=dialect)
+        assert isinstance(compiled, SQLCompiler)  # a statement's (DDL's is not)
         positional = compiled.positiontup if dialect.positional else None
+        converts = {
+            name: convert
+            for name, bind in compiled.binds.items()
+            if name not in lists and (convert := bind.type.bind_processor(dialect)) is not None
+        }
         return cls(
             sql=compiled.string,
             # the bound literals' values; the parameters, given at each run, stand as None
@@ -75,10 +82,13 @@ class Statement:
             order=tuple(positional) if positional is not None else None,
             lists=frozenset(lists),
             json_lists=dialect.name == "sqlite",
+            converts=converts,
         )
 
     def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
         given = {**self.defaults, **values}  # the statement's constants, and the values
+        for name, convert in self.converts.items():
+            given[name] = convert(given[name])
         if self.json_lists:
             given.update((name, json.dumps(list(given[name]))) for name in self.lists)
         else:
@@ -115,36 +125,59 @@ class Statement:
         from ``Connection.execute``: the engine's ``before``/``after_cursor_execute``
         listeners hear it, a driver error leaves as SQLAlchemy's (``DBAPIError``), so the
         store's retries and messages apply, and a dropped connection is invalidated."""
-        connection = s.connection()
-        pooled = connection.connection
-        cursor = pooled.cursor()
         parameters = self.parameters(values)
-        heard = connection.dispatch  # the engine's statement listeners hear it (plan checks)
-        try:
-            heard.before_cursor_execute(connection, cursor, self.sql, parameters, None, False)
+        with _cursor(s, self.sql, parameters, many=False) as cursor:
             cursor.execute(self.sql, parameters)
-            heard.after_cursor_execute(connection, cursor, self.sql, parameters, None, False)
             return list(cursor.fetchall())
-        except connection.dialect.loaded_dbapi.Error as e:
-            dropped = connection.dialect.is_disconnect(e, pooled.dbapi_connection, cursor)
-            if dropped:
-                connection.invalidate(e)
-            raise DBAPIError.instance(
-                self.sql,
-                parameters,
-                e,
-                connection.dialect.loaded_dbapi.Error,
-                connection_invalidated=dropped,
-                dialect=connection.dialect,
-            ) from e
-        finally:
-            cursor.close()
+
+    def write(self, s: Session, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run the statement (an ``INSERT``, ``UPDATE``...) in ``s``'s transaction once per
+        row of values: one ``executemany`` for several (psycopg pipelines them: one round
+        trip). Heard, and failing, as :meth:`within`."""
+        if not rows:
+            return
+        if len(rows) == 1:
+            parameters = self.parameters(rows[0])
+            with _cursor(s, self.sql, parameters, many=False) as cursor:
+                cursor.execute(self.sql, parameters)
+            return
+        listed = [self.parameters(row) for row in rows]
+        with _cursor(s, self.sql, listed, many=True) as cursor:
+            cursor.executemany(self.sql, listed)
+
+
+@contextlib.contextmanager
+def _cursor(s: Session, sql: str, parameters: Any, *, many: bool) -> Iterator[Any]:
+    """A cursor of ``s``'s connection for one statement (or one ``executemany``), the
+    engine's listeners told before and after, a driver error raised as ``DBAPIError``."""
+    connection = s.connection()
+    pooled = connection.connection
+    cursor = pooled.cursor()
+    heard = connection.dispatch  # the engine's statement listeners hear it (plan checks)
+    try:
+        heard.before_cursor_execute(connection, cursor, sql, parameters, None, many)
+        yield cursor
+        heard.after_cursor_execute(connection, cursor, sql, parameters, None, many)
+    except connection.dialect.loaded_dbapi.Error as e:
+        dropped = connection.dialect.is_disconnect(e, pooled.dbapi_connection, cursor)
+        if dropped:
+            connection.invalidate(e)
+        raise DBAPIError.instance(
+            sql,
+            parameters,
+            e,
+            connection.dialect.loaded_dbapi.Error,
+            connection_invalidated=dropped,
+            dialect=connection.dialect,
+        ) from e
+    finally:
+        cursor.close()
 
 
 def compiled(
     key: Hashable,
     dialect: Dialect,
-    build: Callable[[], Select[Unpack[tuple[Any, ...]]]],
+    build: Callable[[], ClauseElement],
     lists: Sequence[str] = (),
 ) -> Statement:
     """The statement ``build`` makes, compiled for ``dialect`` once (``key`` names it)."""

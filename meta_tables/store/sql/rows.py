@@ -10,7 +10,6 @@ not autoflush, so it is only used for rows the session holds no pending objects 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ from datetime import datetime
 from typing import Any, Unpack
 
 from sqlalchemy import (
-    Executable,
     Integer,
     Select,
     String,
@@ -33,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
+from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.selectable import TableValuedAlias
 
 from lockstep.barrier.model import Barrier, TableVersion, VersionState
@@ -82,26 +81,36 @@ _JOB = (
     .where(JobRow.job_id == bindparam("job_id"))
 )
 _LOCKED_JOB = _JOB.with_for_update(of=JobRow)
-_JOBS_TABLES_OF = union_all(
-    _SOURCES.where(JobSourceRow.job_id.in_(bindparam("job_ids", expanding=True))),
-    _SINKS.where(JobSinkRow.job_id.in_(bindparam("job_ids", expanding=True))),
-).subquery("jobs_tables")
-_LOCKED_JOBS_ROWS = (  # several jobs, locked in the order of their ids (no deadlock between
-    # two replicas' groups)
-    select(
-        JobRow.job_id,
-        JobRow.external_sources,
-        JobRow.start_after,
-        JobRow.current_token,
-        _JOBS_TABLES_OF.c.kind,
-        _JOBS_TABLES_OF.c.table_name,
-        _JOBS_TABLES_OF.c.position,
-    )
-    .outerjoin(_JOBS_TABLES_OF, _JOBS_TABLES_OF.c.job_id == JobRow.job_id)
-    .where(JobRow.job_id.in_(bindparam("job_ids", expanding=True)))
-    .order_by(JobRow.job_id)
-    .with_for_update(of=JobRow)
-)
+
+
+def _locked_jobs(dialect: Dialect) -> driver.Statement:
+    """Several jobs' rows and tables (``:job_ids``, one list parameter), locked in the order
+    of their ids (no deadlock between two replicas' groups), for the driver's cursor."""
+
+    def build() -> Select[Unpack[tuple[Any, ...]]]:
+        tables = union_all(
+            _SOURCES.where(driver.in_list(JobSourceRow.job_id, "job_ids", dialect)),
+            _SINKS.where(driver.in_list(JobSinkRow.job_id, "job_ids", dialect)),
+        ).subquery("jobs_tables")
+        return (
+            select(
+                JobRow.job_id,
+                JobRow.external_sources,
+                JobRow.start_after,
+                JobRow.current_token,
+                tables.c.kind,
+                tables.c.table_name,
+                tables.c.position,
+            )
+            .outerjoin(tables, tables.c.job_id == JobRow.job_id)
+            .where(driver.in_list(JobRow.job_id, "job_ids", dialect))
+            .order_by(JobRow.job_id)
+            .with_for_update(of=JobRow)
+        )
+
+    return driver.compiled("locked_jobs", dialect, build, ["job_ids"])
+
+
 _VERSION_COLUMNS = (
     TV.table_name,
     TV.barrier_id,
@@ -252,7 +261,7 @@ def lock_jobs(s: Session, job_ids: Collection[str]) -> None:
     if not wanted:
         return
     found: dict[str, list[Any]] = {}
-    for row in s.connection().execute(_LOCKED_JOBS_ROWS, {"job_ids": wanted}):
+    for row in _locked_jobs(s.get_bind().dialect).within(s, {"job_ids": wanted}):
         found.setdefault(row[0], []).append(row)
     for job_id, rows in found.items():
         locked[job_id] = _job_state(job_id, [row[1:] for row in rows])
@@ -354,7 +363,7 @@ def record_progress(
     }
     noted: dict[tuple[str, int], dict[str, Any]] | None = s.info.get(_DEFERRED_PROGRESS)
     if noted is None:
-        s.connection().execute(_progress_upsert(s.get_bind().dialect.name), row)
+        _progress_upsert(s.get_bind().dialect).write(s, [row])
     elif (earlier := noted.get((job_id, barrier_id))) is None:
         noted[job_id, barrier_id] = row
     else:  # as the upsert would leave the row after the earlier one
@@ -380,22 +389,27 @@ def progress_deferred(s: Session) -> Iterator[None]:
     finally:
         del s.info[_DEFERRED_PROGRESS]
     if noted:
-        upsert = _progress_upsert(s.get_bind().dialect.name)
-        s.connection().execute(upsert, [noted[key] for key in sorted(noted)])
+        _progress_upsert(s.get_bind().dialect).write(s, [noted[key] for key in sorted(noted)])
 
 
-@functools.cache
-def _progress_upsert(dialect: str) -> Executable:
-    # INSERT ... ON CONFLICT DO UPDATE reads the same on SQLite and PostgreSQL, but each
-    # dialect builds its own (the store supports only these two: see engine.py)
-    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(JobBarrierRow)
-    new = insert.excluded
-    return insert.on_conflict_do_update(
-        index_elements=[JobBarrierRow.job_id, JobBarrierRow.barrier_id],
-        set_={
-            "token": new.token,
-            "started_at": func.coalesce(JobBarrierRow.started_at, new.started_at),
-            "processed_at": func.coalesce(new.processed_at, JobBarrierRow.processed_at),
-            "written_at": func.coalesce(new.written_at, JobBarrierRow.written_at),
-        },
-    )
+def _progress_upsert(dialect: Dialect) -> driver.Statement:
+    """INSERT ... ON CONFLICT DO UPDATE of a progress row, for the driver's cursor: it reads
+    the same on SQLite and PostgreSQL, but each dialect builds its own (the store supports
+    only these two: see engine.py)."""
+
+    def build() -> ClauseElement:
+        insert = (postgresql.insert if dialect.name == "postgresql" else sqlite.insert)(
+            JobBarrierRow
+        )
+        new = insert.excluded
+        return insert.on_conflict_do_update(
+            index_elements=[JobBarrierRow.job_id, JobBarrierRow.barrier_id],
+            set_={
+                "token": new.token,
+                "started_at": func.coalesce(JobBarrierRow.started_at, new.started_at),
+                "processed_at": func.coalesce(new.processed_at, JobBarrierRow.processed_at),
+                "written_at": func.coalesce(new.written_at, JobBarrierRow.written_at),
+            },
+        )
+
+    return driver.compiled("progress_upsert", dialect, build)
