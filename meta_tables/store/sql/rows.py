@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, FromClause
 from sqlalchemy.sql.selectable import TableValuedAlias
 
 from lockstep.barrier.model import Barrier, TableVersion, VersionState
@@ -85,13 +85,29 @@ _LOCKED_JOB = _JOB.with_for_update(of=JobRow)
 
 def _locked_jobs(dialect: Dialect) -> driver.Statement:
     """Several jobs' rows and tables (``:job_ids``, one list parameter), locked in the order
-    of their ids (no deadlock between two replicas' groups), for the driver's cursor."""
+    of their ids (no deadlock between two replicas' groups), for the driver's cursor.
+
+    On PostgreSQL the ids are unnested and each job, and its tables, sought by key: given
+    ``job_id = ANY(:job_ids)``, its planner scanned the three tables whole at 1,000 jobs
+    (their estimated cost is that of a few seeks) and compared every row with every id, a
+    millisecond a group."""
 
     def build() -> Select[Unpack[tuple[Any, ...]]]:
-        tables = union_all(
-            _SOURCES.where(driver.in_list(JobSourceRow.job_id, "job_ids", dialect)),
-            _SINKS.where(driver.in_list(JobSinkRow.job_id, "job_ids", dialect)),
-        ).subquery("jobs_tables")
+        if dialect.name == "postgresql":
+            ids = unnested_names("job_ids")
+            tables: FromClause = union_all(
+                _SOURCES.where(JobSourceRow.job_id == JobRow.job_id),
+                _SINKS.where(JobSinkRow.job_id == JobRow.job_id),
+            ).lateral("jobs_tables")
+            jobs = ids.join(JobRow, JobRow.job_id == ids.c.name).outerjoin(tables, true())
+            wanted = []  # the join with the ids chooses
+        else:
+            tables = union_all(
+                _SOURCES.where(driver.in_list(JobSourceRow.job_id, "job_ids", dialect)),
+                _SINKS.where(driver.in_list(JobSinkRow.job_id, "job_ids", dialect)),
+            ).subquery("jobs_tables")
+            jobs = JobRow.__table__.outerjoin(tables, tables.c.job_id == JobRow.job_id)
+            wanted = [driver.in_list(JobRow.job_id, "job_ids", dialect)]
         return (
             select(
                 JobRow.job_id,
@@ -102,8 +118,8 @@ def _locked_jobs(dialect: Dialect) -> driver.Statement:
                 tables.c.table_name,
                 tables.c.position,
             )
-            .outerjoin(tables, tables.c.job_id == JobRow.job_id)
-            .where(driver.in_list(JobRow.job_id, "job_ids", dialect))
+            .select_from(jobs)
+            .where(*wanted)
             .order_by(JobRow.job_id)
             .with_for_update(of=JobRow)
         )
@@ -124,10 +140,10 @@ _VERSION_COLUMNS = (
 SEEK_ONE = literal_column("1", Integer)  # a LIMIT the planner sees, not a parameter
 
 
-def unnested_names() -> TableValuedAlias:
-    """The list of names bound to ``:tables`` as rows ``t(name)``, to drive one seek per
-    name (PostgreSQL)."""
-    names = func.unnest(bindparam("tables", type_=postgresql.ARRAY(String)))
+def unnested_names(parameter: str = "tables") -> TableValuedAlias:
+    """The list of names bound to ``:tables`` (or ``parameter``) as rows ``t(name)``, to
+    drive one seek per name (PostgreSQL)."""
+    names = func.unnest(bindparam(parameter, type_=postgresql.ARRAY(String)))
     return names.table_valued("name").render_derived("t")
 
 
