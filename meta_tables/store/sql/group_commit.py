@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from lockstep.barrier.calls import Answer, Call, NextBarrier, Processed, WrittenAndNext
 from lockstep.errors import LockstepError
-from lockstep.meta_tables.store.sql import heads, protocol, rounds, rows, wakeups
+from lockstep.meta_tables.store.sql import group_io, heads, protocol, rounds, rows, wakeups
 
 Numbered = Sequence[tuple[int, Call]]  # calls with their places in the group
 
@@ -49,13 +49,32 @@ def apply_in_order(s: Session, calls: Numbered, clock: Callable[[], datetime]) -
     :class:`Refused` at the first call refused (the caller rolls back)."""
     answers: dict[int, Answer] = {}
     rows.lock_jobs(s, [call.job_id for _, call in calls])
-    with heads.deferred(s), wakeups.gathered(s), rows.progress_deferred(s):
+    with heads.deferred(s), wakeups.gathered(s), rows.progress_deferred(s), group_io.grouped(s):
+        _read_ahead(s, [call for _, call in calls])
         for index, call in calls:
             try:
                 answers[index] = _apply(s, call, clock())
             except LockstepError as e:
                 raise Refused(index, e) from e
     return answers
+
+
+def _read_ahead(s: Session, calls: Sequence[Call]) -> None:
+    """Read the versions the group's reports will read at their barriers, one statement per
+    barrier: each report's sinks, and a PROCESSED report's sources."""
+    wanted: dict[int, set[str]] = {}
+    for call in calls:
+        job = rows.locked(s, call.job_id)
+        if job is None:
+            continue
+        match call:
+            case Processed(_, _, barrier_id):
+                wanted.setdefault(barrier_id, set()).update(job.spec.sinks, job.spec.sources)
+            case WrittenAndNext(_, _, barrier_id):
+                wanted.setdefault(barrier_id, set()).update(job.spec.sinks)
+    for barrier_id, tables in wanted.items():
+        named = sorted(tables)
+        group_io.remember(s, barrier_id, named, rows.versions_at(s, named, barrier_id))
 
 
 def _apply(s: Session, call: Call, now: datetime) -> Answer:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,7 +43,7 @@ from lockstep.barrier.model import (
     VersionState,
 )
 from lockstep.errors import ProtocolError, UnknownBarrierError
-from lockstep.meta_tables.store.sql import driver, heads, resolve, revision
+from lockstep.meta_tables.store.sql import driver, group_io, heads, resolve, revision
 from lockstep.meta_tables.store.sql.rows import (
     JobState,
     forget_job,
@@ -207,6 +207,8 @@ def expected_barrier(
     firsts = [b for b in row if b is not None]
     if len(firsts) < len(spec.sources):
         return None  # a source has not WRITTEN a barrier after the job's progress yet
+    if min(firsts) == max(firsts):
+        return firsts[0]  # every source's first WRITTEN barrier after the progress: common
     return resolve.oldest_common_barrier(
         s, spec.sources, candidate=max(firsts), known_common=known_available
     )
@@ -236,6 +238,15 @@ def _barrier_started(s: Session, job_id: str, barrier_id: int) -> tuple[Barrier,
     return Barrier(barrier_id, from_micros(ts)), started_at is not None
 
 
+def _current_job(s: Session, job_id: str, token: int) -> JobState:
+    """The job, locked, for its instance ``token`` (else refused: ``FencedError``). Writes a
+    group holds (``group_io``) to the job's tables are sent first: the step reads them."""
+    job = load_job(s, job_id, lock=True)
+    protocol.check_token(job_id, token, job.current_token)
+    group_io.before_reading(s, (*job.spec.sources, *job.spec.sinks))
+    return job
+
+
 def find_next_barrier(s: Session, job_id: str, token: int) -> tuple[Barrier | None, bool]:
     """(next barrier or None, whether its start still needs recording). Read-only."""
     job = load_job(s, job_id, lock=False)
@@ -248,8 +259,7 @@ def find_next_barrier(s: Session, job_id: str, token: int) -> tuple[Barrier | No
 
 
 def start_next_barrier(s: Session, job_id: str, token: int, now: datetime) -> Barrier | None:
-    job = load_job(s, job_id, lock=True)
-    protocol.check_token(job_id, token, job.current_token)
+    job = _current_job(s, job_id, token)
     barrier_id = expected_barrier(s, job)
     if barrier_id is None:
         return None
@@ -309,8 +319,7 @@ def report_processed(
     snapshots: Mapping[str, int | None],
     now: datetime,
 ) -> list[TableVersion]:
-    job = load_job(s, job_id, lock=True)
-    protocol.check_token(job_id, token, job.current_token)
+    job = _current_job(s, job_id, token)
     spec = job.spec
     params = {"barrier_id": barrier_id, "first_sink": spec.sinks[0]}
     facts = driver.compiled("issued", s.get_bind().dialect, lambda: _ISSUED_AND_LAST_WRITTEN)
@@ -354,6 +363,8 @@ def report_processed(
             }
             for table in spec.sinks
         ],
+        sinks=spec.sinks,
+        versions=True,
     )
     heads.refresh(s, spec.sinks)
     _write(
@@ -373,6 +384,8 @@ def report_processed(
             }
             for table in spec.sinks
         ],
+        sinks=spec.sinks,
+        versions=False,
     )
     record_progress(s, job_id, barrier_id, token, started=now, processed=now)
     return [
@@ -381,10 +394,20 @@ def report_processed(
     ]
 
 
-def _write(s: Session, key: str, statement: ClauseElement, rows: list[dict[str, Any]]) -> None:
-    """A report's write, on the driver's cursor (``driver.Statement.write``): SQLAlchemy's
-    execution of a statement costs more than the statement (docs/benchmarks.md, Platform)."""
-    driver.compiled(key, s.get_bind().dialect, lambda: statement).write(s, rows)
+def _write(
+    s: Session,
+    key: str,
+    statement: ClauseElement,
+    rows: list[Mapping[str, Any]],
+    *,
+    sinks: Sequence[str],
+    versions: bool,
+) -> None:
+    """A report's write of rows of its ``sinks`` (``versions``: their versions), on the
+    driver's cursor: SQLAlchemy's execution of a statement costs more than the statement
+    (docs/benchmarks.md, Platform). Within a group, held to its end (``group_io``)."""
+    compiled = driver.compiled(key, s.get_bind().dialect, lambda: statement)
+    group_io.write(s, compiled, rows, tables=sinks, versions=versions)
 
 
 def report_written(
@@ -395,8 +418,7 @@ def report_written(
     snapshots: Mapping[str, int | None] | None,
     now: datetime,
 ) -> list[TableVersion]:
-    job = load_job(s, job_id, lock=True)
-    protocol.check_token(job_id, token, job.current_token)
+    job = _current_job(s, job_id, token)
     spec = job.spec
     existing = sink_versions(s, spec, barrier_id)
     outcome, published = protocol.check_written(spec, barrier_id, snapshots, existing=existing)
@@ -407,9 +429,12 @@ def report_written(
         "publish_version",
         _PUBLISH_VERSION,
         [{"table": t, "at": barrier_id, "snapshot": published[t], "now": now} for t in spec.sinks],
+        sinks=spec.sinks,
+        versions=True,
     )
     heads.refresh(s, spec.sinks)
-    _write(s, "commit_pending", _COMMIT_PENDING, [{"job": job_id, "at": barrier_id, "now": now}])
+    commit = [{"job": job_id, "at": barrier_id, "now": now}]
+    _write(s, "commit_pending", _COMMIT_PENDING, commit, sinks=spec.sinks, versions=False)
     record_progress(s, job_id, barrier_id, token, written=now)
     return [
         dataclasses.replace(
@@ -420,8 +445,7 @@ def report_written(
 
 
 def report_aborted(s: Session, job_id: str, token: int, barrier_id: int, now: datetime) -> None:
-    job = load_job(s, job_id, lock=True)
-    protocol.check_token(job_id, token, job.current_token)
+    job = _current_job(s, job_id, token)
     spec = job.spec
     outcome = protocol.check_abort(spec, barrier_id, sink_versions(s, spec, barrier_id))
     if outcome is protocol.Outcome.APPLY:
@@ -463,8 +487,7 @@ def persist_input_cut(
     cut: Mapping[str, Any],
     now: datetime,
 ) -> dict[str, Any]:
-    job = load_job(s, job_id, lock=True)
-    protocol.check_token(job_id, token, job.current_token)
+    job = _current_job(s, job_id, token)
     if s.get(BarrierRow, barrier_id) is None:
         raise ProtocolError(job_id, barrier_id, "this barrier has not been issued yet")
     existing = s.get(InputCutRow, (job_id, barrier_id, source))

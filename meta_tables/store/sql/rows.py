@@ -36,7 +36,7 @@ from sqlalchemy.sql.selectable import TableValuedAlias
 
 from lockstep.barrier.model import Barrier, TableVersion, VersionState
 from lockstep.errors import UnknownBarrierError, UnknownJobError
-from lockstep.meta_tables.store.sql import driver
+from lockstep.meta_tables.store.sql import driver, group_io
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     JobBarrierRow,
@@ -291,6 +291,12 @@ def _job_state(job_id: str, rows: Sequence[Sequence[Any]]) -> JobState:
     return JobState(_spec(job_id, external, tables), start_after, token)
 
 
+def locked(s: Session, job_id: str) -> JobState | None:
+    """The job as loaded and locked in this transaction (:func:`lock_jobs`), if it was."""
+    found: JobState | None = s.info.get(_LOCKED_JOBS, {}).get(job_id)
+    return found
+
+
 def forget_job(s: Session, job_id: str) -> None:
     """The job's row changed in this transaction (an attach): load it again next time."""
     s.info.get(_LOCKED_JOBS, {}).pop(job_id, None)
@@ -324,6 +330,9 @@ def versions_at(s: Session, tables: Sequence[str], barrier_id: int) -> dict[str,
     statement costs more than the statement (docs/benchmarks.md, Platform)."""
     if not tables:
         return {}
+    known = group_io.known_versions(s, tables, barrier_id)  # read ahead for a group
+    if known is not None:
+        return known
     several = len(tables) > 1
     named = {"tables": list(tables)} if several else {"table": tables[0]}
     statement = _versions_at(s.get_bind().dialect, several=several)
