@@ -92,7 +92,7 @@ def known_versions(
 def write(
     s: Session,
     statement: driver.Statement,
-    rows: list[Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
     *,
     tables: Collection[str],
     versions: bool,

@@ -152,21 +152,30 @@ _LAST_WRITTEN = (
 )
 
 
-def _after_progress(barrier_id: SQLColumnExpression[int]) -> ColumnElement[bool]:
+def _after_progress(barrier_id: SQLColumnExpression[int], *, known: bool) -> ColumnElement[bool]:
     """``barrier_id`` is after the job's last written barrier and after its registration.
+    ``known``: the last written barrier is given (``:last_written``), not read.
 
     One lower bound, the greater of the two, so that the index seek starts there: given two
     bounds (``> :start_after AND > last_written``) SQLite seeks by one, the registration,
     and filters by the other, reading the job's whole history on every call."""
-    last, start = func.coalesce(_LAST_WRITTEN, 0), bindparam("start_after", type_=Integer)
+    last: ColumnElement[int] = (
+        bindparam("last_written", type_=Integer) if known else func.coalesce(_LAST_WRITTEN, 0)
+    )
+    start = bindparam("start_after", type_=Integer)
     return barrier_id > case((last > start, last), else_=start)
 
 
-_ROOT_NEXT = select(func.min(BarrierRow.barrier_id)).where(_after_progress(BarrierRow.barrier_id))
+@functools.cache
+def _root_next(*, known: bool) -> Select[Any]:
+    """The oldest barrier after the job's progress (a root job's next)."""
+    return select(func.min(BarrierRow.barrier_id)).where(
+        _after_progress(BarrierRow.barrier_id, known=known)
+    )
 
 
 @functools.cache
-def _sources_next(sources: int) -> Select[Any]:
+def _sources_next(sources: int, *, known: bool) -> Select[Any]:
     """Each source's oldest WRITTEN barrier after the job's progress (an index seek each)."""
     return select(
         *(
@@ -174,7 +183,7 @@ def _sources_next(sources: int) -> Select[Any]:
             .where(
                 TV.table_name == bindparam(f"source_{i}"),
                 TV.state == WRITTEN,
-                _after_progress(TV.barrier_id),
+                _after_progress(TV.barrier_id, known=known),
             )
             .scalar_subquery()
             for i in range(sources)
@@ -182,33 +191,40 @@ def _sources_next(sources: int) -> Select[Any]:
     )
 
 
-def _progress_params(job: JobState) -> dict[str, Any]:
-    return {"first_sink": job.spec.sinks[0], "start_after": job.start_after}
-
-
 def last_written(s: Session, spec: JobSpec) -> int | None:
     return s.connection().scalar(select(_LAST_WRITTEN), {"first_sink": spec.sinks[0]})
 
 
 def expected_barrier(
-    s: Session, job: JobState, *, known_available: int | None = None
+    s: Session,
+    job: JobState,
+    *,
+    known_available: int | None = None,
+    last_written: int | None = None,
 ) -> int | None:
     """The job's next barrier: after its last written one, and available to it (one
     statement; two for an intermediate job). ``known_available``: a barrier all its
-    sources are known to have WRITTEN."""
-    spec, dialect, params = job.spec, s.get_bind().dialect, _progress_params(job)
+    sources are known to have WRITTEN; ``last_written``: the job's newest WRITTEN barrier,
+    when the caller knows it (the search then does not read it)."""
+    spec, dialect = job.spec, s.get_bind().dialect
+    known = last_written is not None
+    params: dict[str, Any] = {"start_after": job.start_after}
+    params.update({"last_written": last_written} if known else {"first_sink": spec.sinks[0]})
     if spec.is_root:
-        [(found,)] = driver.compiled("root_next", dialect, lambda: _ROOT_NEXT).within(s, params)
+        root_next = driver.compiled(("root_next", known), dialect, lambda: _root_next(known=known))
+        [(found,)] = root_next.within(s, params)
         return found  # type: ignore[no-any-return]
     sources = len(spec.sources)
     params.update((f"source_{i}", t) for i, t in enumerate(spec.sources))
-    search = driver.compiled(("sources_next", sources), dialect, lambda: _sources_next(sources))
+    search = driver.compiled(
+        ("sources_next", sources, known), dialect, lambda: _sources_next(sources, known=known)
+    )
     [row] = search.within(s, params)
     firsts = [b for b in row if b is not None]
     if len(firsts) < len(spec.sources):
         return None  # a source has not WRITTEN a barrier after the job's progress yet
     if min(firsts) == max(firsts):
-        return firsts[0]  # every source's first WRITTEN barrier after the progress: common
+        return int(firsts[0])  # every source's first WRITTEN barrier after the progress: common
     return resolve.oldest_common_barrier(
         s, spec.sources, candidate=max(firsts), known_common=known_available
     )
@@ -238,12 +254,13 @@ def _barrier_started(s: Session, job_id: str, barrier_id: int) -> tuple[Barrier,
     return Barrier(barrier_id, from_micros(ts)), started_at is not None
 
 
-def _current_job(s: Session, job_id: str, token: int) -> JobState:
+def _current_job(s: Session, job_id: str, token: int, *, sinks: bool = True) -> JobState:
     """The job, locked, for its instance ``token`` (else refused: ``FencedError``). Writes a
-    group holds (``group_io``) to the job's tables are sent first: the step reads them."""
+    group holds (``group_io``) to the job's sources, and its sinks unless ``sinks`` is
+    false, are sent first: the step reads them."""
     job = load_job(s, job_id, lock=True)
     protocol.check_token(job_id, token, job.current_token)
-    group_io.before_reading(s, (*job.spec.sources, *job.spec.sinks))
+    group_io.before_reading(s, (*job.spec.sources, *(job.spec.sinks if sinks else ())))
     return job
 
 
@@ -258,9 +275,16 @@ def find_next_barrier(s: Session, job_id: str, token: int) -> tuple[Barrier | No
     return found, not started
 
 
-def start_next_barrier(s: Session, job_id: str, token: int, now: datetime) -> Barrier | None:
-    job = _current_job(s, job_id, token)
-    barrier_id = expected_barrier(s, job)
+def start_next_barrier(
+    s: Session, job_id: str, token: int, now: datetime, *, written: int | None = None
+) -> Barrier | None:
+    """The job's next barrier, its start recorded. ``written``: a barrier the job has just
+    WRITTEN in this transaction, applying the report (not a repeat of it): its newest WRITTEN
+    barrier, since a job's one barrier not yet WRITTEN is after all those it has. The search
+    then reads neither that nor its sinks, and a group need not send the writes it holds
+    for them (``group_io``)."""
+    job = _current_job(s, job_id, token, sinks=written is None)
+    barrier_id = expected_barrier(s, job, last_written=written)
     if barrier_id is None:
         return None
     found, started = _barrier_started(s, job_id, barrier_id)
@@ -398,7 +422,7 @@ def _write(
     s: Session,
     key: str,
     statement: ClauseElement,
-    rows: list[Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
     *,
     sinks: Sequence[str],
     versions: bool,
@@ -417,13 +441,15 @@ def report_written(
     barrier_id: int,
     snapshots: Mapping[str, int | None] | None,
     now: datetime,
-) -> list[TableVersion]:
+) -> tuple[list[TableVersion], bool]:
+    """The WRITTEN report: the sinks' versions, and whether the report was applied (false:
+    it repeated one applied before)."""
     job = _current_job(s, job_id, token)
     spec = job.spec
     existing = sink_versions(s, spec, barrier_id)
     outcome, published = protocol.check_written(spec, barrier_id, snapshots, existing=existing)
     if outcome is protocol.Outcome.ALREADY_DONE:
-        return [existing[t] for t in spec.sinks]
+        return [existing[t] for t in spec.sinks], False
     _write(
         s,
         "publish_version",
@@ -436,12 +462,13 @@ def report_written(
     commit = [{"job": job_id, "at": barrier_id, "now": now}]
     _write(s, "commit_pending", _COMMIT_PENDING, commit, sinks=spec.sinks, versions=False)
     record_progress(s, job_id, barrier_id, token, written=now)
-    return [
+    written = [
         dataclasses.replace(
             existing[t], snapshot_id=published[t], state=VersionState.WRITTEN, written_at=now
         )
         for t in spec.sinks
     ]
+    return written, True
 
 
 def report_aborted(s: Session, job_id: str, token: int, barrier_id: int, now: datetime) -> None:

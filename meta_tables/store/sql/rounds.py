@@ -38,8 +38,7 @@ def report_written(
     snapshots: Mapping[str, int | None] | None,
     now: datetime,
 ) -> list[TableVersion]:
-    versions = protocol.report_written(s, job_id, token, barrier_id, snapshots, now)
-    wakeups.announce_readers(s, [v.table for v in versions])
+    versions, _ = _written(s, job_id, token, barrier_id, snapshots, now)
     return versions
 
 
@@ -52,9 +51,24 @@ def report_written_and_next(
     now: datetime,
 ) -> tuple[list[TableVersion], Barrier | None]:
     """The WRITTEN report, then the job's next barrier (its start recorded) as a
-    ``next_barrier`` call right after it would answer: one transaction, one round trip."""
-    versions = report_written(s, job_id, token, barrier_id, snapshots, now)
-    return versions, protocol.start_next_barrier(s, job_id, token, now)
+    ``next_barrier`` call right after it would answer: one transaction, one round trip.
+    A report applied makes its barrier the job's newest WRITTEN one: the search is told."""
+    versions, applied = _written(s, job_id, token, barrier_id, snapshots, now)
+    written = barrier_id if applied else None
+    return versions, protocol.start_next_barrier(s, job_id, token, now, written=written)
+
+
+def _written(
+    s: Session,
+    job_id: str,
+    token: int,
+    barrier_id: int,
+    snapshots: Mapping[str, int | None] | None,
+    now: datetime,
+) -> tuple[list[TableVersion], bool]:
+    versions, applied = protocol.report_written(s, job_id, token, barrier_id, snapshots, now)
+    wakeups.announce_readers(s, [v.table for v in versions])
+    return versions, applied
 
 
 def report_aborted(s: Session, job_id: str, token: int, barrier_id: int, now: datetime) -> None:
