@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import Engine, event, text
 
+from lockstep.barrier.calls import Call, NextBarrier, Processed, WrittenAndNext
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.topology.model import JobSpec
 
@@ -42,26 +43,66 @@ def pipelines(jobs: int) -> list[JobSpec]:
     return specs
 
 
-def run_barrier(store: SqlMetadataStore, jobs: Sequence[JobSpec], tokens: Mapping[str, int]) -> int:
+def run_barrier(
+    store: SqlMetadataStore,
+    jobs: Sequence[JobSpec],
+    tokens: Mapping[str, int],
+    *,
+    group: int | None = None,
+) -> int:
     """Issue a barrier and take every job through it, layer by layer, as the jobs would;
-    the barrier's id."""
+    the barrier's id. ``group``: the calls go in groups of this many, as the service applies
+    them (``apply_calls``), each step of a layer's jobs together."""
     barrier = store.issue_barrier().barrier_id
     pending = list(jobs)
     while pending:
-        later = []
-        for job in pending:
-            token = tokens[job.job_id]
-            found = store.next_barrier(job.job_id, token)
-            if found is None or found.barrier_id != barrier:
-                later.append(job)
-                continue
-            snapshots = {t: barrier for t in job.sinks}
-            store.report_processed(job.job_id, token, barrier, snapshots)
-            store.report_written_and_next(job.job_id, token, barrier)
+        if group is None:
+            later = [job for job in pending if not _one_by_one(store, job, tokens, barrier)]
+        else:
+            later = _grouped(store, pending, tokens, barrier, group)
         if len(later) == len(pending):
             raise AssertionError(f"{len(later)} jobs never got barrier {barrier}")
         pending = later
     return barrier
+
+
+def _one_by_one(
+    store: SqlMetadataStore, job: JobSpec, tokens: Mapping[str, int], barrier: int
+) -> bool:
+    token = tokens[job.job_id]
+    found = store.next_barrier(job.job_id, token)
+    if found is None or found.barrier_id != barrier:
+        return False
+    snapshots = {t: barrier for t in job.sinks}
+    store.report_processed(job.job_id, token, barrier, snapshots)
+    store.report_written_and_next(job.job_id, token, barrier)
+    return True
+
+
+def _grouped(
+    store: SqlMetadataStore,
+    pending: Sequence[JobSpec],
+    tokens: Mapping[str, int],
+    barrier: int,
+    size: int,
+) -> list[JobSpec]:
+    """The pending jobs' three steps, each in groups of ``size``; the jobs left waiting."""
+
+    def apply(calls: Sequence[Call]) -> list[Any]:
+        outcomes = []
+        for start in range(0, len(calls), size):
+            outcomes += store.apply_calls(calls[start : start + size])
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome
+        return outcomes
+
+    found = apply([NextBarrier(j.job_id, tokens[j.job_id]) for j in pending])
+    ready = [j for j, b in zip(pending, found, strict=True) if b and b.barrier_id == barrier]
+    snapshots = {j.job_id: dict.fromkeys(j.sinks, barrier) for j in ready}
+    apply([Processed(j.job_id, tokens[j.job_id], barrier, snapshots[j.job_id]) for j in ready])
+    apply([WrittenAndNext(j.job_id, tokens[j.job_id], barrier) for j in ready])
+    return [j for j in pending if j not in ready]
 
 
 @dataclass
@@ -84,9 +125,15 @@ def captured(engine: Engine) -> Iterator[dict[str, Sent]]:
     def before(conn: Any, _cursor: Any, *_: Any) -> None:
         conn.info["lockstep_sent_at"] = time.perf_counter()
 
-    def after(conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+    def after(
+        conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, many: bool
+    ) -> None:
         seconds = time.perf_counter() - conn.info.pop("lockstep_sent_at", time.perf_counter())
-        sent.setdefault(statement, Sent(statement)).runs.append((seconds, parameters))
+        runs = sent.setdefault(statement, Sent(statement)).runs
+        if many:  # an executemany: one run per row of parameters, sharing the time
+            runs.extend((seconds / len(parameters), p) for p in parameters)
+        else:
+            runs.append((seconds, parameters))
 
     event.listen(engine, "before_cursor_execute", before)
     event.listen(engine, "after_cursor_execute", after)

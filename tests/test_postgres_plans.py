@@ -34,15 +34,17 @@ JOBS = 500  # a scan of the jobs' rows reads 10x the allowance below
 WARM_BARRIERS = 3  # history under the checked barrier
 ALLOWED = 50  # rows a statement run for each job may read...
 PER_ROW = 8  # ...or this many per row it returns or changes
-ONCE = 3  # a statement run this often a barrier is the barrier's own (finding the root jobs)
+ONCE = 6  # a statement run this often in the two barriers is theirs (finding the root jobs)
+GROUP = 8  # calls a group applies (``apply_calls``), as the service's group commit does
 
 
 @pytest.fixture(scope="module")
 def plans(postgres_admin: str) -> Iterator[dict[str, list[Checked]]]:
-    """The plans of one barrier through :data:`JOBS` attached jobs on a new store, after
-    :data:`WARM_BARRIERS` barriers: with no statistics ("none"), then, one barrier later,
-    after ``ANALYZE`` ("analyzed"). Both are taken here, in that order, so that neither
-    case depends on which the other ran first."""
+    """The plans of two barriers through :data:`JOBS` attached jobs on a new store, after
+    :data:`WARM_BARRIERS` barriers: one call at a time, then in groups (the group's job load,
+    its versions read ahead, its writes in one ``executemany``); with no statistics
+    ("none"), then, two barriers later, after ``ANALYZE`` ("analyzed"). Both are taken
+    here, in that order, so that neither case depends on which the other ran first."""
     with fresh_database(postgres_admin) as url:
         store = SqlMetadataStore.open(url)
         try:
@@ -57,7 +59,8 @@ def plans(postgres_admin: str) -> Iterator[dict[str, list[Checked]]]:
                 if statistics == "analyzed":
                     analyze(store.engine)
                 with captured(store.engine) as sent:
-                    run_barrier(store, jobs, tokens)
+                    run_barrier(store, jobs, tokens)  # one call at a time, embedded
+                    run_barrier(store, jobs, tokens, group=GROUP)  # the service's groups
                 found[statistics] = check_plans(store.engine, sent)
             yield found
         finally:

@@ -34,6 +34,7 @@ from typing import Any
 from sqlalchemy import Connection, Insert, ScalarSelect, bindparam, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+from sqlalchemy.sql import ColumnElement, FromClause
 
 from lockstep.barrier.model import VersionState
 from lockstep.meta_tables.store.sql import rows
@@ -48,26 +49,36 @@ TV = TableVersionRow
 WRITTEN = VersionState.WRITTEN.value
 
 
-def _newest(written_only: bool) -> ScalarSelect[Any]:
-    query = select(func.max(TV.barrier_id)).where(TV.table_name == TableRow.table_name)
+def _newest(names: FromClause, name: ColumnElement[str], written_only: bool) -> ScalarSelect[Any]:
+    """The newest (WRITTEN) barrier of the table ``name``, a column of ``names``."""
+    query = select(func.max(TV.barrier_id)).where(TV.table_name == name)
     if written_only:
         query = query.where(TV.state == WRITTEN)
-    return query.correlate(TableRow).scalar_subquery()
+    return query.correlate(names).scalar_subquery()
 
 
 @functools.cache
 def _upsert(dialect: str, every_table: bool) -> Insert:
-    """INSERT the tables' recomputed heads, or UPDATE the rows they have (one statement)."""
-    issued = (
-        select(BarrierRow.ts)
-        .where(BarrierRow.barrier_id == _newest(True))
-        .correlate(TableRow)
-        .scalar_subquery()
-    )
-    source = select(TableRow.table_name, _newest(False), _newest(True), issued)
+    """INSERT the tables' recomputed heads, or UPDATE the rows they have (one statement).
+
+    Named tables (``:tables``) on PostgreSQL are unnested, each head computed from its
+    name: given ``table_name IN (...)`` for a group's tables, the planner scanned every
+    table's row (``tests/test_postgres_plans.py``)."""
+    name: ColumnElement[str]
+    if every_table or dialect != "postgresql":
+        name = TableRow.__table__.c.table_name
+        names: FromClause = TableRow.__table__
+    else:
+        unnested = rows.unnested_names()
+        name, names = unnested.c.name, unnested
+    newest_written = _newest(names, name, True)
+    issued = select(BarrierRow.ts).where(BarrierRow.barrier_id == newest_written).correlate(names)
+    source = select(
+        name, _newest(names, name, False), newest_written, issued.scalar_subquery()
+    ).select_from(names)
     if every_table:
         source = source.where(TableRow.table_name.is_not(None))  # SQLite: a WHERE before ON
-    else:
+    elif dialect != "postgresql":
         source = source.where(TableRow.table_name.in_(bindparam("tables", expanding=True)))
     build = postgresql.insert if dialect == "postgresql" else sqlite.insert
     statement = build(TableHeadRow).from_select(

@@ -30,7 +30,18 @@ import uuid
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, event, exists, func, select
+from sqlalchemy import (
+    Engine,
+    Integer,
+    Select,
+    bindparam,
+    event,
+    exists,
+    func,
+    literal_column,
+    select,
+    true,
+)
 from sqlalchemy.orm import Session
 
 from lockstep.meta_tables.store.sql import rows
@@ -54,6 +65,27 @@ _READERS = (
     .where(JobSourceRow.table_name.in_(bindparam("tables", expanding=True)))
     .distinct()
 )
+
+
+@functools.cache
+def _readers(dialect: str) -> Select[str]:
+    """The jobs reading any of ``:tables``. On PostgreSQL the names are unnested and each
+    one's readers sought by the index on the table: given ``table_name IN (...)`` for a
+    group's tables, the planner scanned every job's sources (``tests/
+    test_postgres_plans.py``). ``OFFSET 0`` keeps the planner from flattening the seek
+    into a join it may then plan as that scan."""
+    if dialect != "postgresql":
+        return _READERS
+    names = rows.unnested_names()
+    seek = (
+        select(JobSourceRow.job_id)
+        .where(JobSourceRow.table_name == names.c.name)
+        .offset(literal_column("0", Integer))
+        .lateral("readers")
+    )
+    return select(seek.c.job_id).select_from(names).join(seek, true()).distinct()
+
+
 _ROOTS = select(JobRow.job_id).where(~exists().where(JobSourceRow.job_id == JobRow.job_id))
 _NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
 
@@ -143,7 +175,8 @@ def announce_readers(s: Session, tables: Collection[str]) -> None:
         waiting.update(tables)
         return
     tables = list(tables)
-    _announce(s, lambda: frozenset(s.connection().scalars(_READERS, {"tables": tables})))
+    readers = _readers(s.get_bind().dialect.name)
+    _announce(s, lambda: frozenset(s.connection().scalars(readers, {"tables": tables})))
 
 
 def announce_jobs(s: Session, jobs: Collection[str]) -> None:
