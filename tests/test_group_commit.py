@@ -161,7 +161,7 @@ TWO_PIPELINES = (
 )
 
 
-def test_a_group_loads_its_jobs_refreshes_heads_and_announces_once(
+def test_a_group_loads_its_jobs_reads_ahead_writes_refreshes_heads_and_announces_once(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     store = SqlMetadataStore.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
@@ -171,11 +171,12 @@ def test_a_group_loads_its_jobs_refreshes_heads_and_announces_once(
     woken: list[frozenset[str] | None] = []
     unsubscribe = store.subscribe_wakeups(woken.append)
     store.apply_calls([NextBarrier(job, tokens[job]) for job in tokens])
+    statements: list[str] = []
+    event.listen(store.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
     store.apply_calls(
         [Processed(job, tokens[job], 1, {job[-1]: 1}) for job in tokens]  # sinks "a", "b"
     )
-    statements: list[str] = []
-    event.listen(store.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    processed, statements[:] = list(statements), []
     outcomes = store.apply_calls([WrittenAndNext(job, tokens[job], 1) for job in tokens])
     assert unsubscribe is not None
     unsubscribe()
@@ -183,14 +184,76 @@ def test_a_group_loads_its_jobs_refreshes_heads_and_announces_once(
     assert [[v.state for v in o[0]] for o in outcomes] == [[VersionState.WRITTEN]] * 2
     assert woken == [frozenset({"sum_a", "sum_b"})]  # one wake-up naming both readers
 
-    def count(*parts: str) -> int:
-        return sum(all(p in sql for p in parts) for sql in statements)
+    def count(*parts: str, sent: list[str] = statements) -> int:
+        return sum(all(p in sql for p in parts) for sql in sent)
 
     assert count("jobs_tables") == 1  # both jobs loaded (and locked) in one statement
     assert count("job_tables") == 0  # and never one by one
     assert count("INSERT INTO ls_table_head") == 1  # one refresh of both tables' heads
     assert count("SELECT DISTINCT ls_job_source.job_id") == 1  # one lookup of the readers
     assert count("INSERT INTO ls_job_barrier") == 1  # both jobs' progress in one statement
+    # group_io: the versions both reports read, read ahead at once; their writes held, then
+    # sent in one executemany each (the next-barrier looks after the WRITTEN reports are
+    # told the barrier just written, so they need not see the writes)
+    read_ahead = ("FROM ls_table_version", "json_each")
+    assert count(*read_ahead, sent=processed) == count(*read_ahead) == 1
+    assert count("INSERT INTO ls_table_version", sent=processed) == 1
+    assert count("INSERT INTO ls_pending_commit", sent=processed) == 1
+    assert count("UPDATE ls_table_version") == 1
+    assert count("UPDATE ls_pending_commit") == 1
+
+
+def test_a_report_repeated_in_its_group_is_answered_as_done(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The second report reads what the first wrote (held by the group, sent before the
+    second reads its job's tables), as it would one call after the other: in the group's
+    one transaction (none rolled back, which would apply each call alone again)."""
+    store = SqlMetadataStore.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
+    register(store, TWO_PIPELINES)
+    token = store.attach("load_a").token
+    store.issue_barrier()
+    store.next_barrier("load_a", token)
+    rolled_back: list[object] = []
+    event.listen(store.engine, "rollback", rolled_back.append)
+    report = Processed("load_a", token, 1, {"a": 7})
+    first, again = store.apply_calls([report, report])
+    assert first == again
+    assert [(v.snapshot_id, v.state) for v in first] == [(7, VersionState.PROCESSED)]
+    done = WrittenAndNext("load_a", token, 1)
+    (w1, b1), (w2, b2) = store.apply_calls([done, done])
+    assert [v.state for v in w1] == [v.state for v in w2] == [VersionState.WRITTEN]
+    assert b1 is None
+    assert b2 is None
+    assert [(v.snapshot_id, v.state) for v in store.table_versions("a")] == [
+        (7, VersionState.WRITTEN)
+    ]
+    assert rolled_back == []
+    store.close()
+
+
+def test_a_repeated_written_report_hands_on_no_barrier_already_written(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Only a WRITTEN report applied tells the next-barrier search its barrier is the job's
+    newest: a repeat of an older one must not hand back a barrier the job has written."""
+    store = SqlMetadataStore.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
+    register(store, TWO_PIPELINES)
+    token = store.attach("load_a").token
+    for _ in range(3):
+        store.issue_barrier()
+    for barrier in (1, 2):
+        assert store.next_barrier("load_a", token).barrier_id == barrier  # type: ignore[union-attr]
+        store.report_processed("load_a", token, barrier, {"a": barrier})
+        store.report_written("load_a", token, barrier)
+    [(versions, handed)] = store.apply_calls([WrittenAndNext("load_a", token, 1)])
+    assert [(v.barrier_id, v.state) for v in versions] == [(1, VersionState.WRITTEN)]
+    assert handed is not None
+    assert handed.barrier_id == 3
+    _, handed = store.report_written_and_next("load_a", token, 2)
+    assert handed is not None
+    assert handed.barrier_id == 3
+    store.close()
 
 
 def test_progress_noted_in_a_group_is_written_as_one_by_one_statements_leave_it(
