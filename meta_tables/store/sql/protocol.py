@@ -303,21 +303,7 @@ _INSERT_VERSIONS = insert(TableVersionRow)
 _INSERT_PENDING = (
     insert(PendingCommitRow)
     .inline()  # the generated id is not read back
-    .values(  # every column but that id
-        {
-            column: bindparam(column)
-            for column in (
-                "job_id",
-                "barrier_id",
-                "table_name",
-                "snapshot_id",
-                "state",
-                "token",
-                "created_at",
-                "updated_at",
-            )
-        }
-    )
+    .values({c.key: bindparam(c.key) for c in PendingCommitRow.__table__.c if c.key != "commit_id"})
 )
 _PUBLISH_VERSION = (
     update(TableVersionRow)

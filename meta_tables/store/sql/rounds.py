@@ -37,9 +37,11 @@ def report_written(
     barrier_id: int,
     snapshots: Mapping[str, int | None] | None,
     now: datetime,
-) -> list[TableVersion]:
-    versions, _ = _written(s, job_id, token, barrier_id, snapshots, now)
-    return versions
+) -> tuple[list[TableVersion], bool]:
+    """The WRITTEN report: the sinks' versions, and whether it was applied (not a repeat)."""
+    versions, applied = protocol.report_written(s, job_id, token, barrier_id, snapshots, now)
+    wakeups.announce_readers(s, [v.table for v in versions])
+    return versions, applied
 
 
 def report_written_and_next(
@@ -53,22 +55,9 @@ def report_written_and_next(
     """The WRITTEN report, then the job's next barrier (its start recorded) as a
     ``next_barrier`` call right after it would answer: one transaction, one round trip.
     A report applied makes its barrier the job's newest WRITTEN one: the search is told."""
-    versions, applied = _written(s, job_id, token, barrier_id, snapshots, now)
+    versions, applied = report_written(s, job_id, token, barrier_id, snapshots, now)
     written = barrier_id if applied else None
     return versions, protocol.start_next_barrier(s, job_id, token, now, written=written)
-
-
-def _written(
-    s: Session,
-    job_id: str,
-    token: int,
-    barrier_id: int,
-    snapshots: Mapping[str, int | None] | None,
-    now: datetime,
-) -> tuple[list[TableVersion], bool]:
-    versions, applied = protocol.report_written(s, job_id, token, barrier_id, snapshots, now)
-    wakeups.announce_readers(s, [v.table for v in versions])
-    return versions, applied
 
 
 def report_aborted(s: Session, job_id: str, token: int, barrier_id: int, now: datetime) -> None:

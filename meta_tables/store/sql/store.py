@@ -239,9 +239,10 @@ class SqlMetadataStore(MetadataStore):
         barrier_id: int,
         snapshots: Mapping[str, int | None] | None = None,
     ) -> list[TableVersion]:
-        return self._write(
+        versions, _ = self._write(
             lambda s: rounds.report_written(s, job_id, token, barrier_id, snapshots, self._clock())
         )
+        return versions
 
     def report_written_and_next(
         self,
