@@ -70,9 +70,9 @@ class Statement:
         compiled = statement.compile(dialect=dialect)
         assert isinstance(compiled, SQLCompiler)  # a statement's (DDL's is not)
         positional = compiled.positiontup if dialect.positional else None
-        converts = {
+        converts = {  # by the names the statement's text gives its parameters
             name: convert
-            for name, bind in compiled.binds.items()
+            for bind, name in compiled.bind_names.items()
             if name not in lists and (convert := bind.type.bind_processor(dialect)) is not None
         }
         return cls(
