@@ -68,11 +68,12 @@ _JOB_TABLES = union_all(
     _SINKS.where(JobSinkRow.job_id == bindparam("job_id")),
 )
 _JOB_TABLES_OF = _JOB_TABLES.subquery("job_tables")
+# a job's columns that :func:`_job_state` reads, in its order (then its tables' kind, name
+# and position)
+_JOB_STATE = (JobRow.external_sources, JobRow.start_after, JobRow.current_token)
 _JOB = (
     select(
-        JobRow.external_sources,
-        JobRow.start_after,
-        JobRow.current_token,
+        *_JOB_STATE,
         _JOB_TABLES_OF.c.kind,
         _JOB_TABLES_OF.c.table_name,
         _JOB_TABLES_OF.c.position,
@@ -97,9 +98,7 @@ def _locked_jobs(dialect: Dialect) -> driver.Statement:
         if dialect.name == "postgresql":
             ids = unnested_names("job_ids")
             job = (
-                select(
-                    JobRow.job_id, JobRow.external_sources, JobRow.start_after, JobRow.current_token
-                )
+                select(JobRow.job_id, *_JOB_STATE)
                 .where(JobRow.job_id == ids.c.name)
                 .limit(SEEK_ONE)
                 .with_for_update()
@@ -123,9 +122,7 @@ def _locked_jobs(dialect: Dialect) -> driver.Statement:
         return (
             select(
                 JobRow.job_id,
-                JobRow.external_sources,
-                JobRow.start_after,
-                JobRow.current_token,
+                *_JOB_STATE,
                 listed.c.kind,
                 listed.c.table_name,
                 listed.c.position,
