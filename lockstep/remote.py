@@ -34,6 +34,7 @@ from lockstep.barrier.model import (
 from lockstep.errors import ConfigurationError, StoreError
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, Lease, SnapshotSet
+from lockstep.readers.seen import Seen
 from lockstep.topology.graph import Topology
 from lockstep.topology.model import JobSpec
 
@@ -96,6 +97,8 @@ class RemoteMetadataStore(MetadataStore):
         # instances with a long poll out: the service records them as seen meanwhile
         self._polling: Counter[tuple[str, int]] = Counter()
         self._polling_lock = threading.Lock()
+        # what this client read and reported: a resolve is never answered older (seen.py)
+        self._seen = Seen()
 
     @property
     def url(self) -> str:
@@ -216,6 +219,7 @@ class RemoteMetadataStore(MetadataStore):
         result: list[TableVersion] = self._json(
             "POST", f"/v1/jobs/{job_id}/processed", list[TableVersion], idempotent=True, json=body
         )
+        self._seen.note(result)
         return result
 
     def report_written(
@@ -233,6 +237,7 @@ class RemoteMetadataStore(MetadataStore):
         result: list[TableVersion] = self._json(
             "POST", f"/v1/jobs/{job_id}/written", list[TableVersion], idempotent=True, json=body
         )
+        self._seen.note(result)
         return result
 
     def report_written_and_next(
@@ -251,6 +256,7 @@ class RemoteMetadataStore(MetadataStore):
         answer = self._call("POST", path, idempotent=True, json=body).json()
         versions: list[TableVersion] = wire.load(answer["versions"], list[TableVersion])
         found: Barrier | None = wire.load(answer["next_barrier"], Barrier | None)
+        self._seen.note(versions)
         return versions, found
 
     def wait_for_next_barrier(self, job_id: str, token: int, *, timeout_s: float) -> Barrier | None:
@@ -286,6 +292,7 @@ class RemoteMetadataStore(MetadataStore):
 
     def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
         body = {"token": token, "barrier_id": barrier_id}
+        self._seen.history_changed()  # its PROCESSED versions are dropped
         self._call("POST", f"/v1/jobs/{job_id}/aborted", idempotent=True, json=body)
 
     def persist_input_cut(
@@ -340,10 +347,15 @@ class RemoteMetadataStore(MetadataStore):
     def resolve(
         self, tables: Sequence[str], level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ
     ) -> SnapshotSet:
-        body = {"tables": list(tables), "level": ConsistencyLevel.parse(level).value}
+        level = ConsistencyLevel.parse(level)
+        body: dict[str, Any] = {"tables": list(tables), "level": level.value}
+        seen = self._seen.floors(body["tables"], level)
+        if seen is not None:  # the service may answer from memory, never older than this
+            body["seen"] = seen
         result: SnapshotSet = self._json(
             "POST", "/v1/resolve", SnapshotSet, idempotent=True, json=body
         )
+        self._seen.note(result.versions.values())
         return result
 
     def acquire_lease(
@@ -388,11 +400,13 @@ class RemoteMetadataStore(MetadataStore):
     def begin_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
         # idempotent: beginning the same revision again resumes it
         body = {"table": table, "to_barrier": to_barrier, "full": full}
+        self._seen.history_changed()  # before: a revision may apply though the call fails
         result: Revision = self._json("POST", "/v1/revisions", Revision, idempotent=True, json=body)
         return result
 
     def finish_revision(self, revision_id: int) -> Revision:
         path = f"/v1/revisions/{revision_id}/finish"
+        self._seen.history_changed()
         result: Revision = self._json("POST", path, Revision, idempotent=True)
         return result
 
@@ -412,6 +426,7 @@ class RemoteMetadataStore(MetadataStore):
 
     def record_retention(self, retain_barriers: int) -> list[TableRetention]:
         body = {"retain_barriers": retain_barriers}
+        self._seen.history_changed()
         result: list[TableRetention] = self._json(
             "POST", "/v1/retention", list[TableRetention], idempotent=True, json=body
         )
@@ -419,6 +434,7 @@ class RemoteMetadataStore(MetadataStore):
 
     def restore_versions(self, found: Sequence[FoundVersion]) -> list[TableVersion]:
         body = {"found": wire.dump(list(found), list[FoundVersion])}
+        self._seen.history_changed()
         result: list[TableVersion] = self._json(
             "POST", "/v1/repair/versions", list[TableVersion], idempotent=True, json=body
         )

@@ -259,7 +259,9 @@ def _add_reads(
     @fast.post(app, "/v1/resolve")
     async def resolve(body: ResolveIn, _: Reader) -> Response:
         # on the event loop where the store can (loop_reads.py), else on a thread
-        found = None if loop_reads is None else await loop_reads.resolve(body.tables, body.level)
+        found = None
+        if loop_reads is not None:
+            found = await loop_reads.resolve(body.tables, body.level, body.seen)
         if found is None:
             found = await anyio.to_thread.run_sync(store.resolve, body.tables, body.level)
         return answer(found, SnapshotSet)
@@ -301,6 +303,7 @@ def _loop_reads(app: FastAPI, store: MetadataStore) -> LoopReads | None:
 
     reads = LoopReads(store.engine)
     app.router.on_shutdown.append(reads.close)
+    app.state.loop_reads = reads  # its memory of the heads, for tests and diagnostics
     return reads
 
 

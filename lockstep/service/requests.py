@@ -67,12 +67,21 @@ class InputCutIn(_Body):
     cut: dict[str, Any]
 
 
-class ResolveIn(_Body):
+class _TablesIn(_Body):
     tables: list[Name] = Field(min_length=1, max_length=1000)
     level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ
 
 
-class LeaseIn(ResolveIn):
+class ResolveIn(_TablesIn):
+    # per table, the newest barrier the caller has read or reported (WRITTEN for
+    # repeatable_read, any for the other levels); given, the service may answer from memory,
+    # never older than that (meta_tables/store/sql/head_cache.py)
+    seen: dict[Name, Annotated[int, Field(ge=0, le=INT64_MAX)]] | None = Field(
+        default=None, max_length=1000
+    )
+
+
+class LeaseIn(_TablesIn):
     ttl_s: float = Field(default=600.0, gt=0, le=7 * 24 * 3600)
     holder: str = Field(default="", max_length=200)
 

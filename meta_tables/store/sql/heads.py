@@ -16,6 +16,11 @@ same transaction as every change to a table's versions:
 Expiration only records horizons (``ls_retention``) and deletes no version, so it leaves
 the heads as they are; resolution checks horizons separately.
 
+On PostgreSQL every refresh, and every new horizon (``retention``), is also *announced*: a
+``NOTIFY`` on :data:`CHANNEL` naming the tables, sent in the writer's transaction, so
+delivered if, and only once, it commits. The service's memory of the heads
+(:mod:`.head_cache`) forgets those tables when it hears it.
+
 A refresh recomputes the heads of the tables it is given from their versions (two index
 seeks per table), so it is right whatever the change was. Every writer of a table's
 versions holds its writer job's row lock (reports, revisions, repairs), so on PostgreSQL two
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Insert, ScalarSelect, bindparam, func, select
@@ -37,7 +42,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql import ColumnElement, FromClause
 
 from lockstep.barrier.model import VersionState
-from lockstep.meta_tables.store.sql import rows
+from lockstep.meta_tables.store.sql import rows, wakeups
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     TableHeadRow,
@@ -47,6 +52,8 @@ from lockstep.meta_tables.store.sql.schema import (
 
 TV = TableVersionRow
 WRITTEN = VersionState.WRITTEN.value
+CHANNEL = "lockstep_heads"  # NOTIFY: these tables' heads, versions or horizon changed
+_NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
 
 
 def _newest(names: FromClause, name: ColumnElement[str], written_only: bool) -> ScalarSelect[Any]:
@@ -119,8 +126,19 @@ def refresh(s: Session, tables: Sequence[str]) -> None:
         connection = s.connection()
         statement = _upsert(connection.dialect.name, False)
         connection.execute(statement, {"tables": sorted(set(tables))})
+        announce(connection, tables)
 
 
 def rebuild(connection: Connection) -> None:
     """Recompute every table's heads (a schema upgrade, or after a bulk load)."""
     connection.execute(_upsert(connection.dialect.name, True))
+    announce(connection, None)
+
+
+def announce(connection: Connection, tables: Collection[str] | None) -> None:
+    """On PostgreSQL, tell every process that keeps the heads in memory that ``tables``
+    (None: every table) changed: their heads, versions or horizon. Delivered at commit."""
+    if connection.dialect.name != "postgresql":
+        return
+    for payload in wakeups.payloads(None if tables is None else frozenset(tables)):
+        connection.execute(_NOTIFY, {"payload": payload})

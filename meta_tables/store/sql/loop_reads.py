@@ -12,23 +12,42 @@ Its connections (at most :data:`CONNECTIONS` per process, opened when first need
 in autocommit mode: a statement reads one snapshot of the store. A connection the server
 dropped, or one left mid-statement by a cancelled request, is closed, and a dropped one
 is replaced and the read made again, once.
+
+A caller that says what it has seen (``seen``) may be answered from memory, with no
+statement at all (:mod:`.head_cache`). The first such call starts two tasks on the loop: a
+listener, on a connection of its own, that hears the tables announced as changed and
+confirms its connection every :data:`PING_S`; and a reader that reads the forgotten and
+wanted tables again, up to :data:`READ_AT_ONCE` in one statement.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
 from sqlalchemy import Engine
 
 from lockstep.errors import StoreError
-from lockstep.meta_tables.store.sql import lookup, resolve
-from lockstep.meta_tables.store.sql.pg_options import connect_options, server_url
+from lockstep.meta_tables.store.sql import head_cache, heads, lookup, resolve, wakeups
+from lockstep.meta_tables.store.sql.head_cache import HeadCache
+from lockstep.meta_tables.store.sql.pg_options import (
+    connect_options,
+    listen_conninfo,
+    server_url,
+)
 from lockstep.readers.model import ConsistencyLevel, SnapshotSet
 
 CONNECTIONS = 4  # statements at once per process: each is ~0.2 ms of the server's time
+PING_S = 1.0  # the listener confirms its connection this often (head_cache.LIVE_S: 3 s)
+READ_AT_ONCE = 1_000  # tables read into memory in one statement
+RETRY_S = (0.05, 5.0)  # a lost listener, or a failed read into memory, tries again after
+SYNC = "sync:"  # a payload on the heads' channel that names no table (caught_up)
+LISTENER_NAME = "lockstep heads listener"  # its application_name, in pg_stat_activity
+log = logging.getLogger("lockstep.loop_reads")
 
 
 class LoopReads:
@@ -47,18 +66,130 @@ class LoopReads:
         self._connections = connections
         self._slots: asyncio.Semaphore | None = None  # made on the loop that uses it
         self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._listen_at = listen_conninfo(engine.url)  # the server, even behind a pooler
+        self.memory = HeadCache()
+        self._tasks: list[asyncio.Task[None]] = []
+        # made on the loop that uses them (_remember):
+        self._listening = asyncio.Event()  # LISTEN is in force
+        self._to_read = asyncio.Event()  # tables wait to be read into memory
+        self._read_all = asyncio.Event()  # none waits, and none is being read
+        self._syncs: dict[str, asyncio.Future[None]] = {}
 
-    async def resolve(self, tables: Sequence[str], level: ConsistencyLevel) -> SnapshotSet | None:
-        """The snapshot set, or None on a gap at the candidate (resolve through the store)."""
+    async def resolve(
+        self,
+        tables: Sequence[str],
+        level: ConsistencyLevel,
+        seen: Mapping[str, int] | None = None,
+    ) -> SnapshotSet | None:
+        """The snapshot set, or None on a gap at the candidate (resolve through the store).
+        Given ``seen``, from memory when it may answer (:mod:`.head_cache`)."""
         named = resolve.named_tables(tables)
+        if seen is not None:
+            self._remember()
+            found = self.memory.answer(named, level, seen)
+            if found is not None:
+                return found
+            self.memory.wanted(named)  # read into memory for the next time
+            self._wake_reader()
         statement = lookup.driver_lookup(self._engine, level)
         rows = await self._fetch(statement.sql, statement.parameters({"tables": named}))
         return resolve.resolved_from(named, level, rows)
 
+    async def caught_up(self, timeout_s: float = 30.0) -> None:
+        """Once memory has heard every change committed before this call, and read again
+        every table it forgot or was asked for since (tests; no sleeps)."""
+        self._remember()
+        token = f"{SYNC}{uuid.uuid4().hex}"
+        heard = self._syncs[token] = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not heard.done():  # a listener that lost its connection missed it
+                    await self._listening.wait()
+                    await self._fetch("SELECT pg_notify(%s, %s)", (heads.CHANNEL, token))
+                    await asyncio.wait([heard], timeout=2 * PING_S)
+                await self._read_all.wait()
+        finally:
+            self._syncs.pop(token, None)
+
     async def close(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         idle, self._idle = self._idle, []
         for connection in idle:
             await connection.close()
+
+    # -- memory ------------------------------------------------------------------------------
+
+    def _remember(self) -> None:
+        """Start the listener and the reader (once, on the running loop)."""
+        if not self._tasks:
+            self._listening, self._to_read = asyncio.Event(), asyncio.Event()
+            self._read_all = asyncio.Event()
+            self._tasks = [
+                asyncio.create_task(self._listen(), name="lockstep-heads-listener"),
+                asyncio.create_task(self._read_into_memory(), name="lockstep-heads-reader"),
+            ]
+
+    async def _listen(self) -> None:
+        pause = RETRY_S[0]
+        while True:
+            try:
+                connection = await psycopg.AsyncConnection.connect(
+                    self._listen_at, autocommit=True, application_name=LISTENER_NAME
+                )
+                async with connection:
+                    await connection.execute(f"LISTEN {heads.CHANNEL}")
+                    self.memory.changed(None)  # what was read before LISTEN may be stale
+                    self.memory.alive()
+                    self._listening.set()
+                    self._wake_reader()
+                    pause = RETRY_S[0]
+                    while True:
+                        async for notify in connection.notifies(timeout=PING_S):
+                            self._heard(notify.payload)
+                        await connection.execute("SELECT 1")  # it still answers
+                        self.memory.alive()
+            except psycopg.Error as e:
+                log.warning("the heads' listener lost its connection (%s); reconnecting", e)
+            finally:
+                self._listening.clear()
+                self.memory.lost()
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RETRY_S[1])
+
+    def _heard(self, payload: str) -> None:
+        if payload.startswith(SYNC):
+            heard = self._syncs.get(payload)
+            if heard is not None and not heard.done():
+                heard.set_result(None)
+            return
+        _origin, tables = wakeups.parse_payload(payload)
+        self.memory.changed(tables)
+        self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        self._read_all.clear()
+        self._to_read.set()
+
+    async def _read_into_memory(self) -> None:
+        statement = head_cache.entries_statement(self._engine)
+        while True:
+            await self._to_read.wait()
+            self._to_read.clear()
+            while tables := self.memory.take_stale(READ_AT_ONCE):
+                generation, named = self.memory.generation, {"tables": tables}
+                try:
+                    rows = await self._fetch(statement.sql, statement.parameters(named))
+                except StoreError as e:
+                    log.warning("could not read %d tables' heads into memory: %s", len(tables), e)
+                    self.memory.wanted(tables)
+                    await asyncio.sleep(RETRY_S[1])
+                    continue
+                self.memory.fill(generation, head_cache.entries_from(rows))
+            if not self._to_read.is_set():
+                self._read_all.set()
 
     async def _fetch(self, sql: str, parameters: Any) -> list[tuple[Any, ...]]:
         if self._slots is None:

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from lockstep.barrier.model import TableRetention, TableVersion
 from lockstep.barrier.operations import rules
 from lockstep.errors import InvalidRequestError, SnapshotExpiredError
+from lockstep.meta_tables.store.sql import heads
 from lockstep.meta_tables.store.sql.resolve import WRITTEN, newest_barrier
 from lockstep.meta_tables.store.sql.schema import (
     JobRow,
@@ -79,6 +80,7 @@ def record(s: Session, retain_barriers: int, now: datetime) -> list[TableRetenti
     tables = list(s.scalars(select(TableRow.table_name)))
     lock_tables(s, tables, exclusive=True)
     retentions = plan(s, retain_barriers, now)
+    moved = []
     for r in retentions:
         if r.keep_from is None or r.keep_from <= r.kept_from_before:
             continue
@@ -87,6 +89,9 @@ def record(s: Session, retain_barriers: int, now: datetime) -> list[TableRetenti
             s.add(RetentionRow(table_name=r.table, keep_from=r.keep_from, updated_at=now))
         else:
             row.keep_from, row.updated_at = r.keep_from, now
+        moved.append(r.table)
+    if moved:
+        heads.announce(s.connection(), moved)  # the services' memory holds the horizons too
     return retentions
 
 

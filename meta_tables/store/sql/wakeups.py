@@ -208,7 +208,8 @@ def _announce(s: Session, concerned: Callable[[], Jobs]) -> None:
 
 
 def payloads(jobs: Jobs) -> Iterator[str]:
-    """``origin job job ...`` (job ids hold no spaces), split to fit NOTIFY's limit."""
+    """``origin name name ...`` (job ids or table names, neither holds a space), split to
+    fit NOTIFY's limit."""
     head = origin()
     if jobs is None:
         yield f"{head} {ALL}"
@@ -226,7 +227,7 @@ def payloads(jobs: Jobs) -> Iterator[str]:
 
 
 def parse_payload(payload: str) -> tuple[str, Jobs]:
-    """(origin, jobs) of a payload; a malformed one concerns every job."""
+    """(origin, names) of a payload; a malformed one concerns every name."""
     head, _, rest = payload.partition(" ")
     names = rest.split()
     if not names or ALL in names:
