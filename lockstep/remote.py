@@ -292,7 +292,6 @@ class RemoteMetadataStore(MetadataStore):
 
     def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
         body = {"token": token, "barrier_id": barrier_id}
-        self._seen.history_changed()  # its PROCESSED versions are dropped
         self._call("POST", f"/v1/jobs/{job_id}/aborted", idempotent=True, json=body)
 
     def persist_input_cut(

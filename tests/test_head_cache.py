@@ -1,7 +1,7 @@
 """The heads in memory (``store/sql/head_cache.py``, ``loop_reads.py``): a service on
 PostgreSQL answers a resolve from memory only with what the store would answer.
 
-- :class:`HeadCache` alone: what it answers from its entries, at each level; that it
+- :class:`HeadCache` alone: what it answers from its entries (repeatable_read); that it
   answers nothing while not listening, below a caller's floor, or for a table forgotten
   while it was being read;
 - on PostgreSQL: every write that changes what a resolve reads is heard (random sequences
@@ -50,7 +50,7 @@ _AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 def _entry(*versions: tuple[int, VersionState], keep_from: int | None = None) -> Entry:
     found = {b: TableVersion("x", b, 100 + b, state, _AT, _AT) for b, state in versions}
     written = [b for b, state in versions if state is W]
-    return Entry(keep_from, max(found, default=None), max(written, default=None), found)
+    return Entry(keep_from, max(written, default=None), found)
 
 
 class _Clock:
@@ -75,17 +75,18 @@ def _barriers(found: SnapshotSet | None) -> tuple[int | None, dict[str, int]] | 
 # -- the cache alone ---------------------------------------------------------------------------
 
 
-def test_memory_answers_each_level_from_the_entries() -> None:
+def test_memory_answers_repeatable_read_from_the_entries() -> None:
     cache = _live(
         {
             "a": _entry((1, W), (2, W), (3, P)),  # written through 2, 3 staged
             "b": _entry((1, W), (2, W), (3, W)),
         }
     )
-    assert _barriers(cache.answer(["a", "b"], RR, {})) == (2, {"a": 2, "b": 2})
-    assert _barriers(cache.answer(["a", "b"], RC, {})) == (3, {"a": 3, "b": 3})
-    assert _barriers(cache.answer(["a", "b"], RU, {})) == (None, {"a": 3, "b": 3})
-    found = cache.answer(["b"], RR, {})
+    found = cache.answer(["a", "b"], {})
+    assert _barriers(found) == (2, {"a": 2, "b": 2})
+    assert found is not None
+    assert found.level is RR
+    found = cache.answer(["b"], {})
     assert found is not None
     assert found.versions["b"].snapshot_id == 103
 
@@ -97,37 +98,36 @@ def test_memory_does_not_answer_what_it_does_not_hold() -> None:
             "b": _entry((1, W)),  # the candidate for a and b is 1: a does not hold it
             "c": _entry(),  # no version yet: the store says why
             "d": _entry((5, W), keep_from=6),  # expired: the store refuses it
-            "e": _entry((2, P), (3, W)),  # RC's candidate 2 with b is only PROCESSED in e
+            "e": _entry((1, P), (3, W)),  # its version at b's barrier 1 is not WRITTEN
         }
     )
-    assert cache.answer(["a", "b"], RR, {}) is None
-    assert cache.answer(["a", "nope"], RR, {}) is None
-    assert cache.answer(["c"], RR, {}) is None
-    assert cache.answer(["d"], RR, {}) is None
-    assert cache.answer(["e", "b"], RR, {}) is None  # e has no WRITTEN 1
-    assert _barriers(cache.answer(["a"], RR, {})) == (7, {"a": 7})
+    assert cache.answer(["a", "b"], {}) is None
+    assert cache.answer(["a", "nope"], {}) is None
+    assert cache.answer(["c"], {}) is None
+    assert cache.answer(["d"], {}) is None
+    assert cache.answer(["e", "b"], {}) is None
+    assert _barriers(cache.answer(["a"], {})) == (7, {"a": 7})
 
 
 def test_memory_never_answers_below_what_the_caller_has_seen() -> None:
     cache = _live({"a": _entry((1, W), (2, W), (3, P))})
-    assert cache.answer(["a"], RR, {"a": 3}) is None  # it saw 3 WRITTEN: memory is behind
-    assert _barriers(cache.answer(["a"], RR, {"a": 2})) == (2, {"a": 2})
-    assert _barriers(cache.answer(["a"], RC, {"a": 3})) == (3, {"a": 3})
-    assert cache.answer(["a"], RC, {"a": 4}) is None
+    assert cache.answer(["a"], {"a": 3}) is None  # it saw 3 WRITTEN: memory is behind
+    assert _barriers(cache.answer(["a"], {"a": 2})) == (2, {"a": 2})
+    assert _barriers(cache.answer(["a"], {"a": 1})) == (2, {"a": 2})
 
 
 def test_memory_answers_only_while_the_listener_confirms_it_listens() -> None:
     clock = _Clock()
     cache = HeadCache(clock=clock)
     cache.fill(cache.generation, {"a": _entry((1, W))})
-    assert cache.answer(["a"], RR, {}) is None  # never heard from the listener
+    assert cache.answer(["a"], {}) is None  # never heard from the listener
     cache.alive()
-    assert cache.answer(["a"], RR, {}) is not None
+    assert cache.answer(["a"], {}) is not None
     clock.now += LIVE_S
-    assert cache.answer(["a"], RR, {}) is None  # no confirmation for LIVE_S
+    assert cache.answer(["a"], {}) is None  # no confirmation for LIVE_S
     cache.alive()
     cache.lost()
-    assert cache.answer(["a"], RR, {}) is None
+    assert cache.answer(["a"], {}) is None
     assert len(cache) == 0  # announcements may have been missed: all forgotten
     assert cache.take_stale(10) == ["a"]  # ...and read again
 
@@ -137,12 +137,12 @@ def test_a_read_that_started_before_a_change_is_not_kept() -> None:
     started = cache.generation
     cache.changed(["a"])  # announced while the read of a and b was under way
     cache.fill(started, {"a": _entry((1, W)), "b": _entry((1, W), (2, W))})
-    assert cache.answer(["a"], RR, {}) is None  # the read may predate a's change
-    assert _barriers(cache.answer(["b"], RR, {})) == (2, {"b": 2})
+    assert cache.answer(["a"], {}) is None  # the read may predate a's change
+    assert _barriers(cache.answer(["b"], {})) == (2, {"b": 2})
     assert cache.take_stale(10) == ["a"]  # to be read again
     again = cache.generation
     cache.fill(again, {"a": _entry((1, W), (2, W))})
-    assert _barriers(cache.answer(["a"], RR, {})) == (2, {"a": 2})
+    assert _barriers(cache.answer(["a"], {})) == (2, {"a": 2})
 
     started = cache.generation
     cache.changed(None)  # every table, while c (not yet in memory) was being read
@@ -167,7 +167,8 @@ def test_a_client_sends_what_it_saw_until_it_changes_history() -> None:
     seen.note([TableVersion("a", 3, 1, P), TableVersion("a", 2, 1, W)])
     seen.note([TableVersion("a", 1, 1, W)])  # older: the floor stays
     assert seen.floors(["a", "b"], RR) == {"a": 2}
-    assert seen.floors(["a", "b"], RC) == {"a": 3}
+    assert seen.floors(["a", "b"], RC) is None  # memory answers repeatable_read only
+    assert seen.floors(["a", "b"], RU) is None
     seen.history_changed()
     assert seen.floors(["a"], RR) is None
 
@@ -319,6 +320,7 @@ def test_the_service_answers_from_memory_only_a_caller_that_says_what_it_saw(
         monkeypatch.setattr(client, "request", noting)
         remote.resolve(TABLES)
         remote.resolve(TABLES)
+        remote.resolve(TABLES, RC)
         revision = remote.begin_revision("shopping", 0, full=True)
         remote.finish_revision(revision.revision_id)
         with pytest.raises(LockstepError):  # nothing WRITTEN any more
@@ -327,7 +329,8 @@ def test_the_service_answers_from_memory_only_a_caller_that_says_what_it_saw(
     assert "seen" in sent[0]
     assert sent[0]["seen"] == {}
     assert sent[1]["seen"] == dict.fromkeys(TABLES, 1)  # what the first answer showed
-    assert "seen" not in sent[2]  # after a revision the store answers
+    assert "seen" not in sent[2]  # read_committed: the store answers
+    assert "seen" not in sent[3]  # after a revision the store answers
 
 
 @pytest.mark.postgres
@@ -344,12 +347,12 @@ def test_a_new_horizon_is_heard(pg_store: SqlMetadataStore, reads: LoopReads, lo
     run_barrier(pg_store, "x", x)
     both = ["tx", "ty"]
     _remembered(loop, reads, both)
-    assert _barriers(reads.memory.answer(both, RR, {})) == (1, {"tx": 1, "ty": 1})
+    assert _barriers(reads.memory.answer(both, {})) == (1, {"tx": 1, "ty": 1})
     pg_store.record_retention(1)
     with pytest.raises(SnapshotExpiredError):
         pg_store.resolve(both, RR)
     loop.run(reads.caught_up())
-    assert reads.memory.answer(both, RR, {}) is None
+    assert reads.memory.answer(both, {}) is None
 
 
 @pytest.mark.postgres
@@ -378,7 +381,7 @@ def test_a_client_reads_its_own_reports_while_memory_has_not_heard_them(
             sinks = pg_store.topology().job(job).sinks
             remote.report_processed(job, token, 2, dict.fromkeys(sinks, 2))
             remote.report_written(job, token, 2)
-        assert reads.memory.answer(TABLES, RR, {}) is not None  # memory is behind...
+        assert reads.memory.answer(TABLES, {}) is not None  # memory is behind...
         assert remote.resolve(TABLES).barrier_id == 2  # ...and the client is not answered from it
         other = RemoteMetadataStore("http://testserver", client=client)
         assert other.resolve(TABLES).barrier_id == 1  # a client that saw nothing: memory
@@ -411,12 +414,10 @@ class MemoryHeadsMachine(PostgresHeadsMachine):
         self.loop.run(self.reads.caught_up())
         answered = 0
         for query in self.queries:
-            for level in ConsistencyLevel:
-                found = self.reads.memory.answer(list(query), level, {})
-                if found is None:
-                    continue
+            found = self.reads.memory.answer(list(query), {})
+            if found is not None:
                 answered += 1
-                assert found == self.store.resolve(list(query), level), (query, level)
+                assert found == self.store.resolve(list(query), RR), query
         event(f"memory answered {'none' if not answered else 'some'}")
 
 

@@ -73,9 +73,9 @@ class _TablesIn(_Body):
 
 
 class ResolveIn(_TablesIn):
-    # per table, the newest barrier the caller has read or reported (WRITTEN for
-    # repeatable_read, any for the other levels); given, the service may answer from memory,
-    # never older than that (meta_tables/store/sql/head_cache.py)
+    # per table, the newest WRITTEN barrier the caller has read or reported; given, the
+    # service may answer repeatable_read from memory, never older than that
+    # (meta_tables/store/sql/head_cache.py)
     seen: dict[Name, Annotated[int, Field(ge=0, le=INT64_MAX)]] | None = Field(
         default=None, max_length=1000
     )

@@ -2,12 +2,14 @@
 
 On PostgreSQL a resolve is one statement (:mod:`.lookup`), ~0.3 ms of the service's time
 with the round trip to the server, as much as the rest of the request. So each service
-process keeps in memory what that statement reads, for every table it has been asked
-about (:class:`Entry`: the table's newest and newest WRITTEN barriers, its expiration
-horizon and its newest versions), and answers from it when it may.
+process keeps in memory what that statement reads for ``repeatable_read`` (the default
+level, the one dashboards read at), for every table it has been asked about
+(:class:`Entry`: the table's newest WRITTEN barrier, its expiration horizon and its newest
+versions), and answers from it when it may. The other levels read staged versions, which
+come and go unannounced: the store answers them.
 
-**Kept current by announcements.** Every write that changes a table's heads, versions or
-horizon names the table in a ``NOTIFY`` sent in its transaction (``heads.announce``),
+**Kept current by announcements.** Every write that changes a table's WRITTEN versions or
+its horizon names the table in a ``NOTIFY`` sent in its transaction (``heads.announce``),
 delivered if, and only once, it commits. A listener in each process hears it
 (:mod:`.loop_reads`) and the memory forgets those tables (:meth:`HeadCache.changed`); the
 ones it held are read again in the background, several in one statement
@@ -16,10 +18,11 @@ kept (:meth:`HeadCache.fill` compares generations), so a table never comes back 
 
 **When memory answers** (:meth:`HeadCache.answer`), and only then:
 
+- the level is ``repeatable_read``;
 - the listener is listening: it confirmed its connection less than :data:`LIVE_S` ago. A
   lost connection empties the memory, since announcements may have been missed;
-- the caller said what it has seen (``seen``: per table, the newest barrier it has read or
-  reported), and each table's head in memory is at least that;
+- the caller said what it has seen (``seen``: per table, the newest WRITTEN barrier it has
+  read or reported), and each table's newest WRITTEN barrier in memory is at least that;
 - every table is in memory, with a version at the barrier the answer needs, not expired.
 
 Otherwise the store answers, as it always did (a table just forgotten, a gap, an error to
@@ -53,7 +56,7 @@ from lockstep.readers.levels import ConsistencyLevel
 from lockstep.readers.model import SnapshotSet
 
 LIVE_S = 3.0  # memory answers for this long after the listener last confirmed its connection
-NEWEST_VERSIONS = 3  # kept per table: its newest barrier, its newest WRITTEN, one before
+NEWEST_VERSIONS = 3  # kept per table: at least its two newest WRITTEN (one may be staged)
 WRITTEN = VersionState.WRITTEN
 TV = TableVersionRow
 H = TableHeadRow
@@ -64,12 +67,8 @@ class Entry:
     """What resolution reads of one table."""
 
     keep_from: int | None  # the expiration horizon
-    newest_barrier: int | None
     newest_written: int | None
     versions: Mapping[int, TableVersion]  # its newest versions, by barrier
-
-    def head(self, level: ConsistencyLevel) -> int | None:
-        return self.newest_written if level.semantics.written_only else self.newest_barrier
 
 
 class HeadCache:
@@ -77,7 +76,7 @@ class HeadCache:
     loop uses it (the listener, the reads and the resolves run on it).
 
     >>> cache = HeadCache()
-    >>> cache.answer(["orders"], ConsistencyLevel.REPEATABLE_READ, {}) is None  # not live
+    >>> cache.answer(["orders"], {}) is None  # not listening yet
     True
     """
 
@@ -140,32 +139,30 @@ class HeadCache:
         self._live_until = 0.0
         self.changed(None)
 
-    def answer(
-        self, tables: Sequence[str], level: ConsistencyLevel, seen: Mapping[str, int]
-    ) -> SnapshotSet | None:
-        """The snapshot set the store would give, from memory; None when memory may not
-        answer (see the module's docstring): then ask the store."""
+    def answer(self, tables: Sequence[str], seen: Mapping[str, int]) -> SnapshotSet | None:
+        """The ``repeatable_read`` snapshot set the store would give, from memory; None when
+        memory may not answer (see the module's docstring): then ask the store."""
         if self._clock() >= self._live_until:
             return None
         found: list[tuple[str, Entry, int]] = []
         for table in tables:
             entry = self._entries.get(table)
-            head = None if entry is None else entry.head(level)
+            head = None if entry is None else entry.newest_written
             if entry is None or head is None or head < seen.get(table, head):
                 return None
             found.append((table, entry, head))
-        candidate = min(h for _, _, h in found) if level.semantics.common_barrier else None
+        candidate = min(head for _, _, head in found)  # the oldest of the newest
         versions: dict[str, TableVersion] = {}
-        for table, entry, head in found:
-            version = entry.versions.get(head if candidate is None else candidate)
+        for table, entry, _ in found:
+            version = entry.versions.get(candidate)
             if (
                 version is None
-                or (level.semantics.written_only and version.state is not WRITTEN)
-                or (entry.keep_from is not None and version.barrier_id < entry.keep_from)
+                or version.state is not WRITTEN
+                or (entry.keep_from is not None and candidate < entry.keep_from)
             ):
                 return None
             versions[table] = version
-        return SnapshotSet(level, candidate, versions)
+        return SnapshotSet(ConsistencyLevel.REPEATABLE_READ, candidate, versions)
 
 
 # -- reading entries from the store ----------------------------------------------------------
@@ -180,7 +177,7 @@ def entries_statement(engine: Engine) -> driver.Statement:
         names = unnested_names()
         known = select(TableRow.table_name).where(TableRow.table_name == names.c.name)
         kept = select(RetentionRow.keep_from).where(RetentionRow.table_name == names.c.name)
-        head = select(H.newest_barrier, H.newest_written).where(H.table_name == names.c.name)
+        head = select(H.newest_written).where(H.table_name == names.c.name)
         newest = literal_column(str(NEWEST_VERSIONS), Integer)
         version = (
             select(TV.barrier_id, TV.snapshot_id, TV.state, TV.processed_at, TV.written_at)
@@ -206,10 +203,10 @@ def entries_statement(engine: Engine) -> driver.Statement:
 
 def entries_from(rows: Sequence[tuple[Any, ...]]) -> dict[str, Entry]:
     """The entries of :func:`entries_statement`'s rows."""
-    heads: dict[str, tuple[int | None, int | None, int | None]] = {}
+    heads: dict[str, tuple[int | None, int | None]] = {}
     versions: dict[str, dict[int, TableVersion]] = {}
-    for table, keep_from, newest, written, barrier_id, snapshot, state, processed, at in rows:
-        heads[table] = (keep_from, newest, written)
+    for table, keep_from, written, barrier_id, snapshot, state, processed, at in rows:
+        heads[table] = (keep_from, written)
         found = versions.setdefault(table, {})
         if barrier_id is not None:
             found[barrier_id] = TableVersion(

@@ -82,11 +82,11 @@ class LoopReads:
         seen: Mapping[str, int] | None = None,
     ) -> SnapshotSet | None:
         """The snapshot set, or None on a gap at the candidate (resolve through the store).
-        Given ``seen``, from memory when it may answer (:mod:`.head_cache`)."""
+        Given ``seen``, at repeatable_read, from memory when it may (:mod:`.head_cache`)."""
         named = resolve.named_tables(tables)
-        if seen is not None:
+        if seen is not None and level is ConsistencyLevel.REPEATABLE_READ:
             self._remember()
-            found = self.memory.answer(named, level, seen)
+            found = self.memory.answer(named, seen)
             if found is not None:
                 return found
             self.memory.wanted(named)  # read into memory for the next time
