@@ -30,7 +30,14 @@ from test_table_heads import PostgresHeadsMachine, _postgres_admin  # noqa: F401
 
 from lockstep.barrier.model import TableVersion, VersionState
 from lockstep.errors import LockstepError, SnapshotExpiredError
-from lockstep.meta_tables.store.sql.head_cache import LIVE_S, Entry, HeadCache
+from lockstep.meta_tables.store.sql.head_cache import (
+    FRESH_S,
+    IDLE_S,
+    LIVE_S,
+    REFRESH_S,
+    Entry,
+    HeadCache,
+)
 from lockstep.meta_tables.store.sql.loop_reads import LISTENER_NAME, LoopReads
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import ConsistencyLevel, SnapshotSet
@@ -64,7 +71,7 @@ class _Clock:
 def _live(entries: dict[str, Entry]) -> HeadCache:
     cache = HeadCache(clock=_Clock())
     cache.alive()
-    cache.fill(cache.generation, entries)
+    cache.fill(cache.generation, cache.now(), entries)
     return cache
 
 
@@ -119,7 +126,7 @@ def test_memory_never_answers_below_what_the_caller_has_seen() -> None:
 def test_memory_answers_only_while_the_listener_confirms_it_listens() -> None:
     clock = _Clock()
     cache = HeadCache(clock=clock)
-    cache.fill(cache.generation, {"a": _entry((1, W))})
+    cache.fill(cache.generation, cache.now(), {"a": _entry((1, W))})
     assert cache.answer(["a"], {}) is None  # never heard from the listener
     cache.alive()
     assert cache.answer(["a"], {}) is not None
@@ -136,19 +143,66 @@ def test_a_read_that_started_before_a_change_is_not_kept() -> None:
     cache = _live({"a": _entry((1, W)), "b": _entry((1, W))})
     started = cache.generation
     cache.changed(["a"])  # announced while the read of a and b was under way
-    cache.fill(started, {"a": _entry((1, W)), "b": _entry((1, W), (2, W))})
+    cache.fill(started, cache.now(), {"a": _entry((1, W)), "b": _entry((1, W), (2, W))})
     assert cache.answer(["a"], {}) is None  # the read may predate a's change
     assert _barriers(cache.answer(["b"], {})) == (2, {"b": 2})
     assert cache.take_stale(10) == ["a"]  # to be read again
     again = cache.generation
-    cache.fill(again, {"a": _entry((1, W), (2, W))})
+    cache.fill(again, cache.now(), {"a": _entry((1, W), (2, W))})
     assert _barriers(cache.answer(["a"], {})) == (2, {"a": 2})
 
     started = cache.generation
     cache.changed(None)  # every table, while c (not yet in memory) was being read
-    cache.fill(started, {"c": _entry((1, W))})
+    cache.fill(started, cache.now(), {"c": _entry((1, W))})
     assert len(cache) == 0
     assert cache.take_stale(10) == ["a", "b", "c"]
+
+
+def test_entries_are_checked_and_not_used_once_old() -> None:
+    clock = _Clock()
+    cache = HeadCache(clock=clock)
+    cache.alive()
+    cache.fill(cache.generation, clock.now, {"a": _entry((1, W)), "b": _entry((1, W))})
+    assert cache.due() == {}  # just read
+    clock.now += REFRESH_S
+    assert cache.due() == {"a": 1, "b": 1}
+    started, at = cache.generation, clock.now
+    cache.checked(started, at, {"a": 1, "b": 2})  # b moved: a newer barrier WRITTEN
+    assert cache.due() == {}
+    assert cache.take_stale(10) == ["b"]  # forgotten, to be read again
+    clock.now += FRESH_S - 0.01
+    cache.alive()
+    assert cache.answer(["a"], {}) is not None  # confirmed less than FRESH_S ago
+    clock.now += 0.01
+    assert cache.answer(["a"], {}) is None  # the checks fell behind: not used
+    assert cache.due(every=True) == {"a": 1}
+
+
+def test_a_check_that_started_before_a_change_confirms_nothing() -> None:
+    clock = _Clock()
+    cache = HeadCache(clock=clock)
+    cache.alive()
+    cache.fill(cache.generation, clock.now, {"a": _entry((1, W))})
+    clock.now += REFRESH_S
+    started = cache.generation
+    cache.changed(["a"])  # a revision announced while the check ran
+    cache.fill(cache.generation, clock.now - REFRESH_S, {"a": _entry((1, W))})  # read again
+    cache.checked(started, clock.now, {"a": 1})
+    assert cache.due() == {"a": 1}  # still due: the check did not count
+
+
+def test_entries_nobody_asks_for_are_dropped() -> None:
+    clock = _Clock()
+    cache = HeadCache(clock=clock)
+    cache.alive()
+    cache.fill(cache.generation, clock.now, {"a": _entry((1, W)), "b": _entry((1, W))})
+    clock.now += IDLE_S - 1
+    cache.alive()
+    cache.checked(cache.generation, clock.now, {"a": 1, "b": 1})
+    assert cache.answer(["a"], {}) is not None
+    clock.now += 1
+    assert cache.due(every=True) == {"a": 1}  # b was not asked for in IDLE_S
+    assert len(cache) == 1
 
 
 def test_wanted_tables_are_read_once() -> None:
@@ -267,6 +321,25 @@ def test_memory_answers_after_a_barrier_without_a_statement(
 
 
 @pytest.mark.postgres
+def test_memory_sees_a_report_within_its_checks(
+    pg_store: SqlMetadataStore, reads: LoopReads, loop: _Loop
+) -> None:
+    """No announcement: the periodic check of the newest WRITTEN barriers finds it."""
+    tokens = _shopping(pg_store, 1)
+    _remembered(loop, reads, TABLES)
+    _run_shopping(pg_store, tokens)
+
+    async def until_memory_moves() -> int:
+        while True:
+            found = reads.memory.answer(TABLES, {})
+            if found is not None and found.barrier_id == 2:
+                return 2
+            await asyncio.sleep(REFRESH_S / 10)  # a condition looked at, with a deadline
+
+    assert loop.run(asyncio.wait_for(until_memory_moves(), 10 * FRESH_S)) == 2
+
+
+@pytest.mark.postgres
 def test_a_lost_listener_forgets_and_reads_again(
     pg_store: SqlMetadataStore, reads: LoopReads, loop: _Loop, postgres_url: str
 ) -> None:
@@ -356,7 +429,7 @@ def test_a_new_horizon_is_heard(pg_store: SqlMetadataStore, reads: LoopReads, lo
 
 
 @pytest.mark.postgres
-def test_a_client_reads_its_own_reports_while_memory_has_not_heard_them(
+def test_a_client_reads_its_own_reports_while_memory_is_behind(
     pg_store: SqlMetadataStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("fastapi")
@@ -373,7 +446,11 @@ def test_a_client_reads_its_own_reports_while_memory_has_not_heard_them(
         assert remote.resolve(TABLES).barrier_id == 1
         client.portal.call(reads.caught_up)  # type: ignore[union-attr]
         assert len(reads.memory) == len(TABLES)
-        monkeypatch.setattr(reads, "_heard", lambda _payload: None)  # deaf from now on
+
+        async def no_check(*, every: bool) -> None:  # memory stays behind from now on
+            pass
+
+        monkeypatch.setattr(reads, "_check", no_check)
         pg_store.issue_barrier()
         for job, token in tokens.items():  # reported through the service, by this client
             barrier = remote.next_barrier(job, token)

@@ -16,13 +16,13 @@ same transaction as every change to a table's versions:
 Expiration only records horizons (``ls_retention``) and deletes no version, so it leaves
 the heads as they are; resolution checks horizons separately.
 
-On PostgreSQL a change to a table's WRITTEN versions (a WRITTEN report, a revision, a
-repair) and a new horizon (``retention``) are also *announced*: a ``NOTIFY`` on
-:data:`CHANNEL` naming the tables, sent in the writer's transaction, so delivered if, and
-only once, it commits. The service's memory of the heads (:mod:`.head_cache`, which answers
-``repeatable_read``: WRITTEN versions only) forgets those tables when it hears it. PROCESSED
-versions come and go unannounced: a NOTIFY costs the writer's commit a lock that every
-notifying commit of the server takes in turn.
+On PostgreSQL a change that rewrites a table's WRITTEN history (a revision, a repair) and a
+new horizon (``retention``) are also *announced*: a ``NOTIFY`` on :data:`CHANNEL` naming the
+tables, sent in the writer's transaction, so delivered if, and only once, it commits. The
+service's memory of the heads (:mod:`.head_cache`) forgets those tables when it hears it.
+Reports are not announced: memory checks the heads of the tables it holds twice a second
+instead, since a NOTIFY wakes every listening server process at the writer's commit, which
+cost a barrier through 1,000 jobs 9% (docs/benchmarks.md, Platform, "Thirteenth round").
 
 A refresh recomputes the heads of the tables it is given from their versions (two index
 seeks per table), so it is right whatever the change was. Every writer of a table's
@@ -105,7 +105,6 @@ def _upsert(dialect: str, every_table: bool) -> Insert:
 
 
 _DEFERRED = "lockstep_deferred_heads"  # Session.info: tables whose refresh waits
-_DEFERRED_WRITTEN = "lockstep_deferred_written"  # ...and those with WRITTEN changes
 
 
 @contextlib.contextmanager
@@ -113,32 +112,26 @@ def deferred(s: Session) -> Iterator[None]:
     """Within the block, refreshes only note their tables; at its end (not at an error,
     which rolls the transaction back) one refresh recomputes them all. For a group of
     protocol calls (``group_commit.py``): none of them reads the heads."""
-    with rows.gathering(s, _DEFERRED) as tables, rows.gathering(s, _DEFERRED_WRITTEN) as written:
+    with rows.gathering(s, _DEFERRED) as tables:
         yield
-    _refresh(s, sorted(tables), written)
+    refresh(s, sorted(tables))
 
 
-def refresh(s: Session, tables: Sequence[str], *, written: bool) -> None:
+def refresh(s: Session, tables: Sequence[str], *, history: bool = False) -> None:
     """Recompute the heads of ``tables`` from their versions, in the caller's transaction;
-    ``written``: their WRITTEN versions changed (announced), not only PROCESSED ones.
+    ``history``: the change rewrote their WRITTEN history (a revision): announced.
 
     Runs on the session's connection: flush pending ORM changes to the versions first."""
     waiting: set[str] | None = s.info.get(_DEFERRED)
-    if waiting is not None:
+    if waiting is not None and not history:
         waiting.update(tables)
-        if written:
-            s.info[_DEFERRED_WRITTEN].update(tables)
         return
-    _refresh(s, tables, tables if written else ())
-
-
-def _refresh(s: Session, tables: Sequence[str], written: Collection[str]) -> None:
     if tables:
         connection = s.connection()
         statement = _upsert(connection.dialect.name, False)
         connection.execute(statement, {"tables": sorted(set(tables))})
-    if written:
-        announce(s.connection(), written)
+        if history:
+            announce(connection, tables)
 
 
 def rebuild(connection: Connection) -> None:
@@ -149,7 +142,7 @@ def rebuild(connection: Connection) -> None:
 
 def announce(connection: Connection, tables: Collection[str] | None) -> None:
     """On PostgreSQL, tell every process that keeps the heads in memory that ``tables``
-    (None: every table) changed: their WRITTEN versions or horizon. Delivered at commit."""
+    (None: every table) changed: their WRITTEN history or horizon. Delivered at commit."""
     if connection.dialect.name != "postgresql":
         return
     for payload in wakeups.payloads(None if tables is None else frozenset(tables)):

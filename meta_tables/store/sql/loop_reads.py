@@ -16,13 +16,15 @@ is replaced and the read made again, once.
 A caller that says what it has seen (``seen``) may be answered from memory, with no
 statement at all (:mod:`.head_cache`). The first such call starts two tasks on the loop: a
 listener, on a connection of its own, that hears the tables announced as changed and
-confirms its connection every :data:`PING_S`; and a reader that reads the forgotten and
-wanted tables again, up to :data:`READ_AT_ONCE` in one statement.
+confirms its connection every :data:`PING_S`; and a reader that checks the newest WRITTEN
+barrier of the tables in memory every ``head_cache.REFRESH_S`` and reads the forgotten and
+wanted ones again, up to :data:`READ_AT_ONCE` in one statement.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
@@ -74,6 +76,7 @@ class LoopReads:
         self._to_read = asyncio.Event()  # tables wait to be read into memory
         self._read_all = asyncio.Event()  # none waits, and none is being read
         self._syncs: dict[str, asyncio.Future[None]] = {}
+        self._check_all = False  # the reader checks every entry, not only those due
 
     async def resolve(
         self,
@@ -96,8 +99,9 @@ class LoopReads:
         return resolve.resolved_from(named, level, rows)
 
     async def caught_up(self, timeout_s: float = 30.0) -> None:
-        """Once memory has heard every change committed before this call, and read again
-        every table it forgot or was asked for since (tests; no sleeps)."""
+        """Once memory holds what the store held when this call was made: every change
+        committed before it heard, every table in memory checked, and every table forgotten
+        or asked for read again (tests; no sleeps)."""
         self._remember()
         token = f"{SYNC}{uuid.uuid4().hex}"
         heard = self._syncs[token] = asyncio.get_running_loop().create_future()
@@ -107,6 +111,8 @@ class LoopReads:
                     await self._listening.wait()
                     await self._fetch("SELECT pg_notify(%s, %s)", (heads.CHANNEL, token))
                     await asyncio.wait([heard], timeout=2 * PING_S)
+                self._check_all = True
+                self._wake_reader()
                 await self._read_all.wait()
         finally:
             self._syncs.pop(token, None)
@@ -174,22 +180,44 @@ class LoopReads:
         self._to_read.set()
 
     async def _read_into_memory(self) -> None:
-        statement = head_cache.entries_statement(self._engine)
         while True:
-            await self._to_read.wait()
+            with contextlib.suppress(TimeoutError):  # else: time to check what is due
+                await asyncio.wait_for(self._to_read.wait(), head_cache.REFRESH_S / 2)
             self._to_read.clear()
-            while tables := self.memory.take_stale(READ_AT_ONCE):
-                generation, named = self.memory.generation, {"tables": tables}
-                try:
-                    rows = await self._fetch(statement.sql, statement.parameters(named))
-                except StoreError as e:
-                    log.warning("could not read %d tables' heads into memory: %s", len(tables), e)
-                    self.memory.wanted(tables)
-                    await asyncio.sleep(RETRY_S[1])
-                    continue
-                self.memory.fill(generation, head_cache.entries_from(rows))
+            every, self._check_all = self._check_all, False
+            try:
+                await self._check(every=every)
+                await self._read_again()
+            except StoreError as e:
+                log.warning("could not read the heads into memory: %s", e)
+                self._check_all = self._check_all or every
+                await asyncio.sleep(RETRY_S[1])
+                continue
             if not self._to_read.is_set():
                 self._read_all.set()
+
+    async def _check(self, *, every: bool) -> None:
+        """Check the newest WRITTEN barrier of the entries due (every entry)."""
+        due = list(self.memory.due(every=every).items())
+        statement = head_cache.newest_statement(self._engine)
+        for start in range(0, len(due), READ_AT_ONCE):
+            held = dict(due[start : start + READ_AT_ONCE])
+            generation, at = self.memory.generation, self.memory.now()
+            rows = await self._fetch(statement.sql, statement.parameters({"tables": list(held)}))
+            found = {name: newest for name, newest in rows}
+            self.memory.checked(generation, at, {t: found.get(t) for t in held})
+
+    async def _read_again(self) -> None:
+        """Read the forgotten and wanted tables."""
+        statement = head_cache.entries_statement(self._engine)
+        while tables := self.memory.take_stale(READ_AT_ONCE):
+            generation, at = self.memory.generation, self.memory.now()
+            try:
+                rows = await self._fetch(statement.sql, statement.parameters({"tables": tables}))
+            except StoreError:
+                self.memory.wanted(tables)
+                raise
+            self.memory.fill(generation, at, head_cache.entries_from(rows))
 
     async def _fetch(self, sql: str, parameters: Any) -> list[tuple[Any, ...]]:
         if self._slots is None:

@@ -376,7 +376,7 @@ def report_processed(
         sinks=spec.sinks,
         versions=True,
     )
-    heads.refresh(s, spec.sinks, written=False)
+    heads.refresh(s, spec.sinks)
     _write(
         s,
         "insert_pending",
@@ -444,7 +444,7 @@ def report_written(
         sinks=spec.sinks,
         versions=True,
     )
-    heads.refresh(s, spec.sinks, written=True)
+    heads.refresh(s, spec.sinks)
     commit = [{"job": job_id, "at": barrier_id, "now": now}]
     _write(s, "commit_pending", _COMMIT_PENDING, commit, sinks=spec.sinks, versions=False)
     record_progress(s, job_id, barrier_id, token, written=now)
@@ -474,7 +474,7 @@ def abort_barrier(s: Session, spec: JobSpec, barrier_id: int, now: datetime) -> 
             TableVersionRow.state == VersionState.PROCESSED.value,
         )
     )
-    heads.refresh(s, spec.sinks, written=False)  # PROCESSED only
+    heads.refresh(s, spec.sinks)
     s.execute(
         update(PendingCommitRow)
         .where(

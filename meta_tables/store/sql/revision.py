@@ -130,7 +130,7 @@ def begin(s: Session, table: str, to_barrier: int, *, full: bool, now: datetime)
         )
     s.flush()
     s.execute(delete(TV).where(TV.table_name.in_(tables), TV.barrier_id > after))
-    heads.refresh(s, tables, written=True)
+    heads.refresh(s, tables, history=True)
     s.execute(
         delete(JobBarrierRow).where(
             JobBarrierRow.job_id.in_(revision.jobs), JobBarrierRow.barrier_id > after
