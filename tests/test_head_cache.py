@@ -167,7 +167,7 @@ def test_entries_are_checked_and_not_used_once_old() -> None:
     clock.now += REFRESH_S
     assert cache.due() == {"a": 1, "b": 1}
     started, at = cache.generation, clock.now
-    cache.checked(started, at, {"a": 1, "b": 2})  # b moved: a newer barrier WRITTEN
+    cache.checked(started, at, ["a", "b"], {"b"})  # b moved: a newer barrier WRITTEN
     assert cache.due() == {}
     assert cache.take_stale(10) == ["b"]  # forgotten, to be read again
     clock.now += FRESH_S - 0.01
@@ -187,7 +187,7 @@ def test_a_check_that_started_before_a_change_confirms_nothing() -> None:
     started = cache.generation
     cache.changed(["a"])  # a revision announced while the check ran
     cache.fill(cache.generation, clock.now - REFRESH_S, {"a": _entry((1, W))})  # read again
-    cache.checked(started, clock.now, {"a": 1})
+    cache.checked(started, clock.now, ["a"], set())
     assert cache.due() == {"a": 1}  # still due: the check did not count
 
 
@@ -198,7 +198,7 @@ def test_entries_nobody_asks_for_are_dropped() -> None:
     cache.fill(cache.generation, clock.now, {"a": _entry((1, W)), "b": _entry((1, W))})
     clock.now += IDLE_S - 1
     cache.alive()
-    cache.checked(cache.generation, clock.now, {"a": 1, "b": 1})
+    cache.checked(cache.generation, clock.now, ["a", "b"], set())
     assert cache.answer(["a"], {}) is not None
     clock.now += 1
     assert cache.due(every=True) == {"a": 1}  # b was not asked for in IDLE_S

@@ -51,7 +51,18 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, Integer, literal_column, select, true
+from sqlalchemy import (
+    BigInteger,
+    Engine,
+    Integer,
+    String,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    true,
+)
+from sqlalchemy.dialects import postgresql
 
 from lockstep.barrier.model import TableVersion, VersionState
 from lockstep.meta_tables.store.sql import driver
@@ -148,19 +159,16 @@ class HeadCache:
             if every or now - self._current_at.get(t, 0.0) >= REFRESH_S
         }
 
-    def checked(self, generation: int, at: float, newest: Mapping[str, int | None]) -> None:
-        """The newest WRITTEN barriers of the entries :meth:`due` gave, read from the store
-        after :attr:`generation` was ``generation`` and the clock ``at``: an entry whose
-        barrier is the same is current as of ``at``; one that moved is forgotten."""
-        moved = []
-        for table, held in newest.items():
-            entry = self._entries.get(table)
-            if entry is None or self._forgotten_since(table, generation):
-                continue
-            if entry.newest_written == held:
+    def checked(
+        self, generation: int, at: float, tables: Collection[str], moved: Collection[str]
+    ) -> None:
+        """``tables`` (given by :meth:`due`) were checked against the store after
+        :attr:`generation` was ``generation`` and the clock ``at``, and the newest WRITTEN
+        barrier of those ``moved`` is not the one memory holds: they are forgotten, the
+        others are current as of ``at``."""
+        for table in tables:
+            if table in self._entries and not self._forgotten_since(table, generation):
                 self._current_at[table] = at
-            else:
-                moved.append(table)
         if moved:
             self.changed(moved)
 
@@ -257,21 +265,35 @@ def entries_statement(engine: Engine) -> driver.Statement:
     return driver.compiled(("head_cache", "entries"), engine.dialect, build, ["tables"])
 
 
-def newest_statement(engine: Engine) -> driver.Statement:
-    """The newest WRITTEN barrier of each of the tables ``:tables`` (PostgreSQL), for
-    :meth:`HeadCache.checked`: one index seek per table; a table without heads has no row."""
+def moved_statement(engine: Engine) -> driver.Statement:
+    """Those of the tables ``:tables`` whose newest WRITTEN barrier is not the one given in
+    ``:held`` (the same order; PostgreSQL), for :meth:`HeadCache.checked`: one index seek per
+    table, and a row only for a table that moved, so a check of tables that did not costs
+    the service next to nothing."""
 
     def build() -> Any:
-        names = unnested_names()
+        pairs = (
+            func.unnest(
+                bindparam("tables", type_=postgresql.ARRAY(String)),
+                bindparam("held", type_=postgresql.ARRAY(BigInteger)),
+            )
+            .table_valued("name", "held")
+            .render_derived("p")
+        )
         head = (
             select(H.newest_written)
-            .where(H.table_name == names.c.name)
+            .where(H.table_name == pairs.c.name)
             .limit(SEEK_ONE)
             .lateral("h")
         )
-        return select(names.c.name, head.c.newest_written).select_from(names).join(head, true())
+        return (
+            select(pairs.c.name)
+            .select_from(pairs)
+            .outerjoin(head, true())
+            .where(head.c.newest_written.is_distinct_from(pairs.c.held))
+        )
 
-    return driver.compiled(("head_cache", "newest"), engine.dialect, build, ["tables"])
+    return driver.compiled(("head_cache", "moved"), engine.dialect, build, ["tables", "held"])
 
 
 def entries_from(rows: Sequence[tuple[Any, ...]]) -> dict[str, Entry]:

@@ -199,13 +199,13 @@ class LoopReads:
     async def _check(self, *, every: bool) -> None:
         """Check the newest WRITTEN barrier of the entries due (every entry)."""
         due = list(self.memory.due(every=every).items())
-        statement = head_cache.newest_statement(self._engine)
+        statement = head_cache.moved_statement(self._engine)
         for start in range(0, len(due), READ_AT_ONCE):
-            held = dict(due[start : start + READ_AT_ONCE])
+            tables, held = zip(*due[start : start + READ_AT_ONCE], strict=True)
             generation, at = self.memory.generation, self.memory.now()
-            rows = await self._fetch(statement.sql, statement.parameters({"tables": list(held)}))
-            found = {name: newest for name, newest in rows}
-            self.memory.checked(generation, at, {t: found.get(t) for t in held})
+            values = {"tables": tables, "held": held}
+            rows = await self._fetch(statement.sql, statement.parameters(values))
+            self.memory.checked(generation, at, tables, {name for (name,) in rows})
 
     async def _read_again(self) -> None:
         """Read the forgotten and wanted tables."""
