@@ -66,13 +66,12 @@ from sqlalchemy.dialects import postgresql
 
 from lockstep.barrier.model import TableVersion, VersionState
 from lockstep.meta_tables.store.sql import driver
-from lockstep.meta_tables.store.sql.rows import SEEK_ONE, unnested_names
+from lockstep.meta_tables.store.sql.rows import SEEK_ONE, driver_version, unnested_names
 from lockstep.meta_tables.store.sql.schema import (
     RetentionRow,
     TableHeadRow,
     TableRow,
     TableVersionRow,
-    from_micros,
 )
 from lockstep.readers.levels import ConsistencyLevel
 from lockstep.readers.model import SnapshotSet
@@ -304,12 +303,5 @@ def entries_from(rows: Sequence[tuple[Any, ...]]) -> dict[str, Entry]:
         heads[table] = (keep_from, written)
         found = versions.setdefault(table, {})
         if barrier_id is not None:
-            found[barrier_id] = TableVersion(
-                table,
-                barrier_id,
-                snapshot,
-                VersionState(state),
-                None if processed is None else from_micros(processed),
-                None if at is None else from_micros(at),
-            )
+            found[barrier_id] = driver_version(table, barrier_id, snapshot, state, processed, at)
     return {t: Entry(*heads[t], versions[t]) for t in heads}

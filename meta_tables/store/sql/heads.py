@@ -55,7 +55,7 @@ from lockstep.meta_tables.store.sql.schema import (
 
 TV = TableVersionRow
 WRITTEN = VersionState.WRITTEN.value
-CHANNEL = "lockstep_heads"  # NOTIFY: these tables' heads, versions or horizon changed
+CHANNEL = "lockstep_heads"  # NOTIFY: these tables' WRITTEN history or horizon changed
 _NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
 
 

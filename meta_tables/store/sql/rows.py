@@ -346,18 +346,27 @@ def versions_at(s: Session, tables: Sequence[str], barrier_id: int) -> dict[str,
     named = {"tables": list(tables)} if several else {"table": tables[0]}
     statement = _versions_at(s.get_bind().dialect, several=several)
     return {
-        table: TableVersion(
-            table,
-            at,
-            snapshot_id,
-            VersionState(state),
-            None if processed is None else from_micros(processed),
-            None if written is None else from_micros(written),
-        )
-        for table, at, snapshot_id, state, processed, written in statement.within(
-            s, {**named, "at": barrier_id}
-        )
+        row[0]: driver_version(*row) for row in statement.within(s, {**named, "at": barrier_id})
     }
+
+
+def driver_version(
+    table: str,
+    barrier_id: int,
+    snapshot_id: int | None,
+    state: str,
+    processed: int | None,
+    written: int | None,
+) -> TableVersion:
+    """A version from a row the driver's cursor read, whose times are stored microseconds."""
+    return TableVersion(
+        table,
+        barrier_id,
+        snapshot_id,
+        VersionState(state),
+        None if processed is None else from_micros(processed),
+        None if written is None else from_micros(written),
+    )
 
 
 def sink_versions(s: Session, spec: JobSpec, barrier_id: int) -> dict[str, TableVersion]:
