@@ -271,6 +271,7 @@ def connect(
     warehouse: str | os.PathLike[str] | None = None,
     timeout_s: float | None = None,
     query_timeout_s: float | None = None,
+    strict_reads: bool = False,
 ) -> Lockstep:
     """Connect to a coordinator.
 
@@ -283,7 +284,8 @@ def connect(
     catalog over that local directory. ``spark`` (a ``[spark]`` table: ``master``, ``jars``,
     ``conf``) says how :meth:`Lockstep.spark` starts Spark. ``timeout_s`` and
     ``query_timeout_s`` are the service client's timeouts (see ``RemoteMetadataStore``;
-    default 30 s and 300 s), for a service only.
+    default 30 s and 300 s), for a service only. ``strict_reads=True`` has a service's
+    database answer every resolve, never its memory (``RemoteMetadataStore``).
     """
     config = LockstepConfig.from_target(target)
     if catalog is not None and warehouse is not None:
@@ -299,6 +301,10 @@ def connect(
     elif token is None:
         token = os.environ.get(TOKEN_ENV) or None
     store = open_store(
-        config.store_url, token=token, timeout_s=timeout_s, query_timeout_s=query_timeout_s
+        config.store_url,
+        token=token,
+        timeout_s=timeout_s,
+        query_timeout_s=query_timeout_s,
+        strict_reads=strict_reads,
     )
     return Lockstep(store, config)

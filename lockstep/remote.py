@@ -66,6 +66,11 @@ class RemoteMetadataStore(MetadataStore):
     wait for their answer: they read whole meta tables on the service, minutes on a large
     store, and a call that times out is retried, i.e. run again on the service.
 
+    A ``repeatable_read`` resolve may be answered from the service's memory, never older
+    than what this client has read or reported, but up to half a second behind another
+    client's report (``readers/seen.py``). ``strict_reads=True`` has the database answer
+    every resolve instead: it sees every report committed before it, for a round trip more.
+
     >>> store = RemoteMetadataStore("http://127.0.0.1:9", query_timeout_s=600)  # doctest: +SKIP
     """
 
@@ -77,6 +82,7 @@ class RemoteMetadataStore(MetadataStore):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S,
         client: httpx.Client | None = None,
+        strict_reads: bool = False,
     ) -> None:
         for name, value in (("timeout_s", timeout_s), ("query_timeout_s", query_timeout_s)):
             if value <= 0:
@@ -98,7 +104,7 @@ class RemoteMetadataStore(MetadataStore):
         self._polling: Counter[tuple[str, int]] = Counter()
         self._polling_lock = threading.Lock()
         # what this client read and reported: a resolve is never answered older (seen.py)
-        self._seen = Seen()
+        self._seen = Seen(from_store=strict_reads)
 
     @property
     def url(self) -> str:

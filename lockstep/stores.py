@@ -30,6 +30,7 @@ class StoreOptions:
     token: str | None = None
     timeout_s: float | None = None
     query_timeout_s: float | None = None
+    strict_reads: bool = False  # embedded reads are always the store's
 
 
 StoreFactory = Callable[[str, StoreOptions], "MetadataStore"]
@@ -58,6 +59,7 @@ def _open_service(url: str, options: StoreOptions) -> MetadataStore:
         query_timeout_s=(
             DEFAULT_QUERY_TIMEOUT_S if options.query_timeout_s is None else options.query_timeout_s
         ),
+        strict_reads=options.strict_reads,
     )
 
 
@@ -104,8 +106,14 @@ def open_store(
     token: str | None = None,
     timeout_s: float | None = None,
     query_timeout_s: float | None = None,
+    strict_reads: bool = False,
 ) -> MetadataStore:
     """Open the metadata store ``url`` names (see :data:`BACKENDS`)."""
     url = normalize_store_url(url)
-    options = StoreOptions(token=token, timeout_s=timeout_s, query_timeout_s=query_timeout_s)
+    options = StoreOptions(
+        token=token,
+        timeout_s=timeout_s,
+        query_timeout_s=query_timeout_s,
+        strict_reads=strict_reads,
+    )
     return BACKENDS[store_kind(url)](url, options)

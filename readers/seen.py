@@ -34,10 +34,10 @@ class Seen:
     True
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, from_store: bool = False) -> None:
         self._lock = threading.Lock()
         self._written: dict[str, int] = {}
-        self._from_store = False
+        self._from_store = from_store  # send no floors: the store answers every resolve
 
     def note(self, versions: Iterable[TableVersion]) -> None:
         """Versions the client read or reported (only the WRITTEN ones count)."""

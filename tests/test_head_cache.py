@@ -462,8 +462,10 @@ def test_a_client_reads_its_own_reports_while_memory_is_behind(
         assert remote.resolve(TABLES).barrier_id == 2  # ...and the client is not answered from it
         other = RemoteMetadataStore("http://testserver", client=client)
         assert other.resolve(TABLES).barrier_id == 1  # a client that saw nothing: memory
-        remote.close()
-        other.close()
+        strict = RemoteMetadataStore("http://testserver", client=client, strict_reads=True)
+        assert strict.resolve(TABLES).barrier_id == 2  # the database answers it
+        for store in (remote, other, strict):
+            store.close()
 
 
 class MemoryHeadsMachine(PostgresHeadsMachine):
@@ -510,3 +512,14 @@ MemoryHeadsMachine.TestCase.settings = settings(
 @pytest.mark.usefixtures("_postgres_admin")
 class TestMemoryHeads(MemoryHeadsMachine.TestCase):  # type: ignore[name-defined,misc]
     pass
+
+
+def test_connect_can_ask_the_database_for_every_resolve() -> None:
+    from lockstep import connect
+
+    strict = connect("http://127.0.0.1:9", token="t", strict_reads=True)
+    usual = connect("http://127.0.0.1:9", token="t")
+    assert strict.store._seen.floors(["a"], RR) is None  # type: ignore[attr-defined]
+    assert usual.store._seen.floors(["a"], RR) == {}  # type: ignore[attr-defined]
+    strict.close()
+    usual.close()
