@@ -77,7 +77,14 @@ class ResolveIn(_TablesIn):
     # service may answer repeatable_read from memory, never older than that
     # (meta_tables/store/sql/head_cache.py)
     seen: dict[Name, Annotated[int, Field(ge=0, le=INT64_MAX)]] | None = Field(
-        default=None, max_length=1000
+        default=None,
+        max_length=1000,
+        description=(
+            "per table, the newest WRITTEN barrier the caller has read or reported: given, "
+            "a repeatable_read resolve may be answered from the service's memory, never "
+            "older than that (up to half a second behind other clients' reports); omitted, "
+            "the database answers"
+        ),
     )
 
 
