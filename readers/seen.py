@@ -1,16 +1,17 @@
 """What one client has seen of each table: the floor under the answers it may be given.
 
 A service on PostgreSQL may answer a resolve from memory (``meta_tables/store/sql/
-head_cache.py``), which can trail the store by the moment an announcement takes to arrive.
-Memory answers ``repeatable_read`` only (WRITTEN versions). A client that sends, per table,
-the newest WRITTEN barrier it has read or reported is never answered older than that,
-whichever replica or worker answers: it never sees a table go back, and it sees its own
-reports. :class:`Seen` keeps those floors for one client (``RemoteMetadataStore``).
+head_cache.py``), which can trail the store by up to half a second (it checks the tables
+it holds twice a second). Memory answers ``repeatable_read`` only (WRITTEN versions). A
+client that sends, per table, the newest WRITTEN barrier it has read or reported is never
+answered older than that, whichever replica or worker answers: it never sees a table go
+back, and it sees its own reports. :class:`Seen` keeps those floors for one client
+(``RemoteMetadataStore``).
 
 A revision, a repair or a new expiration horizon moves tables back, or out of reach, in
-ways no floor describes. After the client makes one
-(:meth:`Seen.history_changed`) it sends no floors any more, and the store answers every
-resolve, as it does for a client that never sends them.
+ways no floor describes. After the client makes one (:meth:`Seen.history_changed`) it sends
+no floors any more, and the store answers every resolve, as it does for a client that never
+sends them (or one made with ``strict_reads=True``).
 """
 
 from __future__ import annotations
