@@ -203,6 +203,8 @@ def test_entries_nobody_asks_for_are_dropped() -> None:
     clock.now += 1
     assert cache.due(every=True) == {"a": 1}  # b was not asked for in IDLE_S
     assert len(cache) == 1
+    cache.fill(cache.generation, clock.now, {"b": _entry((1, W))})  # asked for again, read
+    assert cache.due(every=True) == {"a": 1, "b": 1}  # kept, not dropped at once
 
 
 def test_wanted_tables_are_read_once() -> None:

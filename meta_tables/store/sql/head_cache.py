@@ -154,6 +154,8 @@ class HeadCache:
         now = self._clock()
         for table in [t for t in self._entries if now - self._asked_at.get(t, now) >= IDLE_S]:
             del self._entries[table]
+            del self._asked_at[table]  # asked for again, it is read again and kept afresh
+            self._current_at.pop(table, None)
         return {
             t: e.newest_written
             for t, e in self._entries.items()
