@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from lockstep.barrier.handoff import Handoff
     from lockstep.barrier.model import (
         Barrier,
         FoundVersion,
@@ -55,6 +56,16 @@ class JobProtocolStore(Protocol):
         barrier_id: int,
         snapshots: Mapping[str, int | None] | None = None,
     ) -> tuple[list[TableVersion], Barrier | None]: ...
+
+    def report_written_then_next(
+        self,
+        job_id: str,
+        token: int,
+        barrier_id: int,
+        snapshots: Mapping[str, int | None] | None = None,
+        *,
+        wait_s: float,
+    ) -> tuple[list[TableVersion], Handoff]: ...
 
     def wait_for_next_barrier(
         self, job_id: str, token: int, *, timeout_s: float

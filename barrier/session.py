@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from lockstep.barrier.handoff import Handoff
 from lockstep.barrier.model import Barrier, JobInstance, RecoveryPlan, TableVersion
 from lockstep.barrier.ports import JobProtocolStore
 from lockstep.errors import LockstepError
@@ -171,6 +172,30 @@ class JobSession:
         )
         _written_reports.notify()
         return versions, found
+
+    def report_written_then_next(
+        self,
+        barrier_id: int,
+        snapshots: Mapping[str, int | None] | None = None,
+        *,
+        wait_s: float = WAIT_CHUNK_S,
+    ) -> tuple[list[TableVersion], Handoff]:
+        """:meth:`report_written`, and the barrier to work on next, handed over when one is
+        available, waiting up to ``wait_s`` for it once asked (through the service, the
+        report and the wait are one request). Ask with :meth:`await_handoff`."""
+        versions, handoff = self._store.report_written_then_next(
+            self.job_id, self.token, barrier_id, snapshots, wait_s=min(wait_s, WAIT_CHUNK_S)
+        )
+        _written_reports.notify()
+        return versions, handoff
+
+    def await_handoff(
+        self, handoff: Handoff, *, stop: threading.Event | None = None
+    ) -> Barrier | None:
+        """The barrier ``handoff`` brings, or None if none came in its wait or ``stop`` was
+        set meanwhile (noticed within :data:`STOP_CHECK_S`); then wait with
+        :meth:`wait_for_next`."""
+        return _unless_stopped(handoff.result, stop)
 
     def report_aborted(self, barrier_id: int) -> None:
         """Roll back a PROCESSED barrier (its staged snapshots will not be published)."""

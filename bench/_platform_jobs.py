@@ -128,17 +128,29 @@ class _Connection:
         self._head = f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
-    async def post(self, path: str, body: dict[str, Any]) -> Any:
+    async def post(
+        self, path: str, body: dict[str, Any], first_part: Callable[[], None] | None = None
+    ) -> Any:
+        """The answer's JSON; ``first_part`` is called once, when its first line is in (an
+        answer in two parts: the report's, then the next barrier), or else with the answer."""
+        fired = False
+
+        def part() -> None:
+            nonlocal fired
+            if first_part is not None and not fired:
+                fired = True
+                first_part()
+
         for attempt in range(3):
             try:
-                return await self._post(path, body)
+                return await self._post(path, body, part)
             except (ConnectionError, asyncio.IncompleteReadError):
                 self._streams = None
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
 
-    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+    async def _post(self, path: str, body: dict[str, Any], first_part: Callable[[], None]) -> Any:
         if self._streams is None:
             self._streams = await asyncio.open_connection(*self._address)
         reader, writer = self._streams
@@ -153,14 +165,27 @@ class _Connection:
         if len(status_line) < 2:  # the service closed the kept-alive connection
             raise ConnectionResetError(f"no answer to POST {path}")
         status = int(status_line[1])
-        length, close = 0, False
+        length, close, chunked = 0, False, False
         while (line := await reader.readline()) not in (b"\r\n", b""):
             name, _, value = line.decode().partition(":")
             if name.lower() == "content-length":
                 length = int(value)
             elif name.lower() == "connection" and "close" in value.lower():
                 close = True
-        payload = await reader.readexactly(length)
+            elif name.lower() == "transfer-encoding" and "chunked" in value.lower():
+                chunked = True
+        if chunked:  # an answer in parts: each chunk as it comes
+            payload = b""
+            while size := int((await reader.readline()).strip(), 16):
+                payload += await reader.readexactly(size)
+                await reader.readexactly(2)
+                if status < 400 and b"\n" in payload:
+                    first_part()
+            await reader.readline()
+        else:
+            payload = await reader.readexactly(length)
+        if status < 400:
+            first_part()
         if close:
             writer.close()
             self._streams = None
@@ -198,8 +223,17 @@ async def _http_job(
             f"{path}/processed", {**token, "barrier_id": b, "snapshots": snapshots}
         )
         calls["written-and-next"] += 1
-        answer = await connection.post(f"{path}/written-and-next", {**token, "barrier_id": b})
-        tally.wrote(b)
+        # as RemoteMetadataStore: the report, then the wait for the next barrier, on one
+        # request (no heartbeats meanwhile); the report counts when its part of the answer is in
+        waiting.add(job.job_id)
+        try:
+            answer = await connection.post(
+                f"{path}/written-and-next?wait_s={WAIT_S:g}",
+                {**token, "barrier_id": b},
+                first_part=lambda b=b: tally.wrote(b),
+            )
+        finally:
+            waiting.discard(job.job_id)
         barrier = answer["next_barrier"]
 
 

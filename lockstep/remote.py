@@ -9,10 +9,11 @@ is raised as the same :class:`LockstepError` subclass the embedded coordinator r
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -20,6 +21,7 @@ import httpx
 import pyarrow as pa
 
 from lockstep.api import wire
+from lockstep.barrier.handoff import Handoff
 from lockstep.barrier.model import (
     Barrier,
     FoundVersion,
@@ -115,11 +117,16 @@ class RemoteMetadataStore(MetadataStore):
 
     # -- transport -------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> httpx.Response:
+    def _call(
+        self, method: str, path: str, *, idempotent: bool, stream: bool = False, **kwargs: Any
+    ) -> httpx.Response:
+        """The service's answer to a call, retried as the module says; a refusal raised as
+        its error. With ``stream``, the answer's body is left to read (and to close)."""
         attempts = RETRIES * len(self.urls)
         for attempt in range(1, attempts + 1):
             try:
-                response = self._client.request(method, self.url + path, **kwargs)
+                request = self._client.build_request(method, self.url + path, **kwargs)
+                response = self._client.send(request, stream=stream)
             except httpx.ConnectError as e:  # nothing was sent: always safe to retry
                 if attempt == attempts:
                     raise StoreError(f"cannot reach the Lockstep service at {self.url}: {e}") from e
@@ -137,6 +144,9 @@ class RemoteMetadataStore(MetadataStore):
             else:
                 if response.status_code < 400:
                     return response
+                if stream:
+                    response.read()
+                    response.close()
                 if response.status_code >= 500 and idempotent and attempt < attempts:
                     pass  # a replica restarting: try again
                 else:
@@ -265,6 +275,99 @@ class RemoteMetadataStore(MetadataStore):
         self._seen.note(versions)
         return versions, found
 
+    def report_written_then_next(
+        self,
+        job_id: str,
+        token: int,
+        barrier_id: int,
+        snapshots: Mapping[str, int | None] | None = None,
+        *,
+        wait_s: float,
+    ) -> tuple[list[TableVersion], Handoff]:
+        # One request: the service answers the report as soon as it is recorded (the first
+        # line of its answer), then the next barrier when one is available (the second).
+        # Its wait is a long poll's: no heartbeats meanwhile, the service records the
+        # instance as seen. A second part that breaks off, or that says the service could
+        # not wait (its store down), hands over nothing: the job waits with a long poll,
+        # which retries. A refusal (the instance fenced meanwhile) is raised.
+        wait_s = max(0.0, min(wait_s, MAX_WAIT_S))
+        if wait_s == 0:
+            written, found = self.report_written_and_next(job_id, token, barrier_id, snapshots)
+            return written, Handoff.known(found)
+        body = {
+            "token": token,
+            "barrier_id": barrier_id,
+            "snapshots": dict(snapshots) if snapshots is not None else None,
+        }
+        timeout = httpx.Timeout(self._timeout_s, read=wait_s + self._timeout_s)
+        self._poll_started(job_id, token)
+        try:
+            response, lines, first = self._first_line(
+                f"/v1/jobs/{job_id}/written-and-next",
+                json=body,
+                params={"wait_s": round(wait_s, 3)},
+                extensions={"timeout": timeout.as_dict()},
+            )
+        except BaseException:
+            self._poll_ended(job_id, token)
+            raise
+        whole = not first.endswith(",")  # answered at once: the whole document
+        answer = json.loads(first if whole else first[:-1] + "}")
+        versions: list[TableVersion] = wire.load(answer["versions"], list[TableVersion])
+        self._seen.note(versions)
+
+        def release() -> None:
+            response.close()
+            self._poll_ended(job_id, token)
+
+        if whole:
+            release()
+            return versions, Handoff.known(wire.load(answer["next_barrier"], Barrier | None))
+
+        def next_barrier() -> Barrier | None:
+            try:
+                rest = next(lines, None)
+            except httpx.HTTPError:
+                return None
+            if rest is None:
+                return None
+            later = json.loads("{" + rest)
+            if "refused" in later:  # as the long poll would be: raised, or asked again
+                error = wire.error_from_payload(later["refused"])
+                if wire.status_for(error) < 500:
+                    raise error
+                return None
+            found: Barrier | None = wire.load(later["next_barrier"], Barrier | None)
+            return found
+
+        return versions, Handoff(next_barrier, release=release)
+
+    def _first_line(self, path: str, **kwargs: Any) -> tuple[httpx.Response, Iterator[str], str]:
+        """A streamed POST of an idempotent call, and its answer's first line (the call is
+        made again if the answer breaks off before it)."""
+        for attempt in range(1, RETRIES + 1):
+            response = self._call("POST", path, idempotent=True, stream=True, **kwargs)
+            lines = response.iter_lines()
+            try:
+                return response, lines, next(lines)
+            except (httpx.HTTPError, StopIteration) as e:
+                response.close()
+                if attempt == RETRIES:
+                    raise StoreError(
+                        f"the Lockstep service at {self.url} did not answer POST {path}: {e!r}"
+                    ) from e
+        raise AssertionError("unreachable")
+
+    def _poll_started(self, job_id: str, token: int) -> None:
+        with self._polling_lock:
+            self._polling[(job_id, token)] += 1
+
+    def _poll_ended(self, job_id: str, token: int) -> None:
+        with self._polling_lock:
+            self._polling[(job_id, token)] -= 1
+            if self._polling[(job_id, token)] <= 0:
+                del self._polling[(job_id, token)]
+
     def wait_for_next_barrier(self, job_id: str, token: int, *, timeout_s: float) -> Barrier | None:
         # A long poll: the service answers as soon as a barrier is available to the job, or
         # after wait_s with null. Idempotent (a retry asks again), and a wait longer than
@@ -273,8 +376,7 @@ class RemoteMetadataStore(MetadataStore):
         # instance as seen.
         path = f"/v1/jobs/{job_id}/next-barrier"
         deadline = time.monotonic() + timeout_s
-        with self._polling_lock:
-            self._polling[(job_id, token)] += 1
+        self._poll_started(job_id, token)
         try:
             while True:
                 wait_s = max(0.0, min(deadline - time.monotonic(), MAX_WAIT_S))
@@ -291,10 +393,7 @@ class RemoteMetadataStore(MetadataStore):
                 if found is not None or time.monotonic() >= deadline:
                     return found
         finally:
-            with self._polling_lock:
-                self._polling[(job_id, token)] -= 1
-                if self._polling[(job_id, token)] <= 0:
-                    del self._polling[(job_id, token)]
+            self._poll_ended(job_id, token)
 
     def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
         body = {"token": token, "barrier_id": barrier_id}

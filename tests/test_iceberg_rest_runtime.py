@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +34,7 @@ pytest_plugins = ["iceberg_rest_fixtures"]
 pytestmark = pytest.mark.spark
 
 BARRIERS = 3
+WAIT_S = 120.0  # a Spark barrier takes seconds; a runtime that hangs fails here instead
 AGGREGATES = {"user_item_amount": 0, "user_item_price": 1}  # column -> index in the truth
 
 
@@ -161,3 +166,48 @@ def test_a_revision_rolls_back_main_on_the_served_catalog(
     assert stock.load_table("default.orders").metadata.refs["main"].snapshot_id == (
         at_one.snapshot_id
     )
+
+
+def test_a_served_job_acts_on_its_report_before_its_next_barrier_comes(
+    iceberg_service: CatalogService, spark_base: SparkSession
+) -> None:
+    """Through the service, the WRITTEN report and the wait for the next barrier are one
+    request (``written-and-next?wait_s``): the runtime's after-WRITTEN work (here a root
+    source's hook) is done when the report is recorded, not when the next barrier comes."""
+    import lockstep
+    from lockstep.barrier.runtime.runner import Job, JobRunner
+    from lockstep.barrier.sources.base import GeneratorSource
+
+    hooked: queue.Queue[int] = queue.Queue()
+
+    @dataclass(frozen=True)
+    class HookedSource(GeneratorSource):
+        def after_written(self, job_id: str, barrier_id: int, cut: Mapping[str, Any]) -> None:
+            hooked.put(barrier_id)
+
+    name = f"ls_{uuid.uuid4().hex[:10]}"
+    served = {"name": name, "type": "rest", "uri": iceberg_service.uri, "token": ADMIN_TOKEN}
+    ls = lockstep.connect(iceberg_service.url, token=ADMIN_TOKEN, catalog=served)
+    source = HookedSource("clicks", lambda b: [{"n": b}], "n BIGINT")
+    job = Job(
+        "load",
+        _write_rows,
+        sinks=["orders"],
+        root_sources=[source],
+        schemas={"orders": "user_id STRING, amount BIGINT"},
+    )
+    runner = JobRunner(ls.store, job, spark_base.newSession(), ls.iceberg)
+    runner.start()
+    ran: list[int] = []
+    loop = threading.Thread(target=lambda: ran.append(runner.run(max_barriers=2)))
+    loop.start()
+    ls.issue_barrier()
+    # barrier 2 is issued only after barrier 1's hook ran: a runtime that waited for the
+    # next barrier before its after-WRITTEN work would never get here
+    assert hooked.get(timeout=WAIT_S) == 1
+    ls.issue_barrier()
+    assert hooked.get(timeout=WAIT_S) == 2
+    loop.join(WAIT_S)
+    assert ran == [2]
+    progress = {p.barrier_id: p for p in ls.store.job_progress("load")}
+    assert all(progress[b].written_at is not None for b in (1, 2))

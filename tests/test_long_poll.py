@@ -39,10 +39,15 @@ class CountingStore(SqlMetadataStore):
     group commit: ``apply_calls``)."""
 
     looks = 0
+    heartbeats = 0
 
     def next_barrier(self, job_id: str, token: int) -> Barrier | None:
         type(self).looks += 1
         return super().next_barrier(job_id, token)
+
+    def heartbeat(self, job_id: str, token: int) -> None:
+        type(self).heartbeats += 1
+        super().heartbeat(job_id, token)
 
     def apply_calls(self, calls: Sequence[Call]) -> list[Outcome]:
         type(self).looks += sum(isinstance(call, NextBarrier) for call in calls)
@@ -140,6 +145,32 @@ def test_a_remote_job_goes_on_through_the_handed_barrier(
     assert [v.state.value for v in versions] == ["WRITTEN"]
     assert handed is not None
     assert handed.barrier_id == 2
+    remote.close()
+
+
+def test_a_remote_job_is_handed_its_next_barrier_on_its_report_request(
+    counted: tuple[CountingStore, str],
+) -> None:
+    store, url = counted
+    register(store)
+    remote = RemoteMetadataStore(url)
+    session = JobSession(remote, remote.attach("load_shopping"))
+    store.issue_barrier()
+    assert session.wait_for_next(timeout_s=WAIT_S) is not None
+    session.report_processed(1, {"shopping": snapshot_id("shopping", 1)})
+    # answered while barrier 2 does not exist: the report's part came first
+    versions, handoff = session.report_written_then_next(1)
+    assert [v.state.value for v in versions] == ["WRITTEN"]
+    CountingStore.heartbeats = 0
+    remote.heartbeat("load_shopping", session.token)  # its wait is out: not sent
+    assert CountingStore.heartbeats == 0
+    CountingStore.looks = 0
+    issued = store.issue_barrier()
+    assert session.await_handoff(handoff) == issued
+    assert CountingStore.looks == 1  # woken once; the report's own look found nothing
+    assert handoff.result() == issued
+    remote.heartbeat("load_shopping", session.token)  # no wait out: sent
+    assert CountingStore.heartbeats == 1
     remote.close()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -257,6 +258,32 @@ def test_request_counters_and_histograms_move_per_endpoint_kind(
     # the poll's look went through the group commit (report_written does not)
     assert moved("lockstep_group_commit_calls_total") == 1
     assert moved("lockstep_group_commit_writes_total") == 1
+
+
+def test_a_report_is_timed_to_its_answer_not_to_the_wait_that_follows(
+    service: Served, clock: FakeClock
+) -> None:
+    url, store, _ = service
+    tokens = drive_pipeline(store, clock)  # the root job has PROCESSED barrier 4
+    _, before = scrape(url)
+    started = time.monotonic()
+    answer = httpx.post(
+        f"{url}/v1/jobs/load_shopping/written-and-next",
+        params={"wait_s": 1.0},
+        json={"token": tokens["load_shopping"], "barrier_id": 4},
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+    )
+    took = time.monotonic() - started
+    assert answer.status_code == 200
+    assert answer.json()["next_barrier"] is None  # no barrier 5: it waited out its second
+    assert took >= 1.0
+    _, after = scrape(url)
+
+    def moved(name: str, **labels: str) -> float:
+        return (value(after, name, **labels) or 0) - (value(before, name, **labels) or 0)
+
+    assert moved("lockstep_request_duration_seconds_count", kind="report") == 1
+    assert moved("lockstep_request_duration_seconds_sum", kind="report") < took / 2
 
 
 def test_a_heartbeat_carries_the_job_process_lineage_failures(

@@ -81,6 +81,117 @@ class WaitContract:
         assert dump(store) == before
         assert store.report_written_and_next("load_shopping", new, 1)[1] is None
 
+    def test_written_then_next_hands_over_an_available_barrier_at_once(
+        self, store: MetadataStore
+    ) -> None:
+        register(store)
+        token = store.attach("load_shopping").token
+        store.issue_barrier()
+        store.issue_barrier()
+        assert store.next_barrier("load_shopping", token) is not None
+        _processed(store, "load_shopping", token, 1, "shopping")
+        started = time.monotonic()
+        versions, handoff = store.report_written_then_next(
+            "load_shopping", token, 1, wait_s=LONG_WAIT_S
+        )
+        assert [(v.table, v.barrier_id, v.state) for v in versions] == [
+            ("shopping", 1, VersionState.WRITTEN)
+        ]
+        handed = handoff.result()
+        assert handed is not None
+        assert handed.barrier_id == 2
+        assert handoff.result() == handed  # asked again: the same answer, no second wait
+        assert time.monotonic() - started < LONG_WAIT_S / 2, "it waited for an available one"
+        progress = {p.barrier_id: p for p in store.job_progress("load_shopping")}
+        assert progress[2].started_at is not None  # handed over means started
+
+    def test_written_then_next_waits_for_the_next_barrier_once_asked(
+        self, store: MetadataStore
+    ) -> None:
+        _threads_share(store)
+        register(store)
+        root = store.attach("load_shopping").token
+        down = store.attach("sum_amount").token
+        store.issue_barrier()
+        assert store.next_barrier("load_shopping", root) is not None
+        _processed(store, "load_shopping", root, 1, "shopping")
+        got: list[object] = []
+
+        def root_job() -> None:
+            versions, handoff = store.report_written_then_next(
+                "load_shopping", root, 1, wait_s=LONG_WAIT_S
+            )
+            got.append([(v.barrier_id, v.state) for v in versions])
+            got.append(handoff.result())
+
+        job = threading.Thread(target=root_job)
+        job.start()
+        # the downstream job is handed barrier 1 once the root's report is recorded, which
+        # is before barrier 2 exists: the report did not wait for the next barrier
+        handed = store.wait_for_next_barrier("sum_amount", down, timeout_s=LONG_WAIT_S)
+        assert handed is not None
+        assert handed.barrier_id == 1
+        issued = store.issue_barrier()
+        job.join(LONG_WAIT_S)
+        assert got == [[(1, VersionState.WRITTEN)], issued]
+        progress = {p.barrier_id: p for p in store.job_progress("load_shopping")}
+        assert progress[2].started_at is not None
+
+    def test_written_then_next_hands_over_none_when_none_comes(self, store: MetadataStore) -> None:
+        register(store)
+        token = store.attach("load_shopping").token
+        store.issue_barrier()
+        assert store.next_barrier("load_shopping", token) is not None
+        _processed(store, "load_shopping", token, 1, "shopping")
+        started = time.monotonic()
+        versions, handoff = store.report_written_then_next("load_shopping", token, 1, wait_s=0.3)
+        assert versions[0].state is VersionState.WRITTEN
+        assert handoff.result() is None
+        assert time.monotonic() - started >= 0.3
+        store.issue_barrier()
+        _, at_once = store.report_written_then_next("load_shopping", token, 1, wait_s=0)
+        handed = at_once.result()  # idempotent; without a wait, what is available now
+        assert handed is not None
+        assert handed.barrier_id == 2
+
+    def test_written_then_next_refuses_what_report_written_refuses(
+        self, store: MetadataStore
+    ) -> None:
+        register(store)
+        token = store.attach("load_shopping").token
+        store.issue_barrier()
+        assert store.next_barrier("load_shopping", token) is not None
+        before = dump(store)
+        with pytest.raises(ProtocolError):  # not PROCESSED yet: refused before any wait
+            store.report_written_then_next("load_shopping", token, 1, wait_s=LONG_WAIT_S)
+        assert dump(store) == before
+
+    def test_a_handoff_learns_its_instance_was_fenced(self, store: MetadataStore) -> None:
+        _threads_share(store)
+        register(store)
+        old = store.attach("load_shopping").token
+        down = store.attach("sum_amount").token
+        store.issue_barrier()
+        assert store.next_barrier("load_shopping", old) is not None
+        _processed(store, "load_shopping", old, 1, "shopping")
+        failures: list[BaseException] = []
+
+        def root_job() -> None:
+            _, handoff = store.report_written_then_next("load_shopping", old, 1, wait_s=LONG_WAIT_S)
+            try:
+                handoff.result()
+            except FencedError as e:
+                failures.append(e)
+
+        job = threading.Thread(target=root_job)
+        job.start()
+        assert store.wait_for_next_barrier("sum_amount", down, timeout_s=LONG_WAIT_S) is not None
+        started = time.monotonic()
+        new = store.attach("load_shopping").token
+        job.join(LONG_WAIT_S)
+        assert [(e.token, e.current) for e in failures] == [(old, new)]  # type: ignore[attr-defined]
+        assert time.monotonic() - started < LONG_WAIT_S / 2, "the wait was not woken"
+
     def test_record_seen_marks_only_current_instances(
         self, store: MetadataStore, clock: FakeClock
     ) -> None:

@@ -23,6 +23,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lockstep.barrier.handoff import Handoff
 from lockstep.barrier.iceberg.tables import (
     BARRIER_PROPERTY,
     BARRIER_TS_PROPERTY,
@@ -36,7 +37,7 @@ from lockstep.barrier.ports import JobRuntimeStore
 from lockstep.barrier.runtime.context import BarrierContext
 from lockstep.barrier.runtime.heartbeat import HEARTBEAT_S, Heartbeat
 from lockstep.barrier.runtime.lineage import lineage_emitter
-from lockstep.barrier.session import JobSession
+from lockstep.barrier.session import WAIT_CHUNK_S, JobSession
 from lockstep.barrier.sources.base import AfterWritten, RootSource
 from lockstep.errors import LockstepError
 from lockstep.topology.model import JobSpec
@@ -220,41 +221,49 @@ class JobRunner:
 
     def _loop(self, max_barriers: int | None, stop: threading.Event, until_idle: bool) -> int:
         done = 0
-        handed: Barrier | None = None  # the next barrier, handed with a WRITTEN report
-        while max_barriers is None or done < max_barriers:
-            barrier = handed
-            if barrier is None:
-                barrier = (
-                    self.session.next_barrier()
-                    if until_idle
-                    else self.session.wait_for_next(stop=stop)
-                )
-            if barrier is None:
-                break  # none available (until_idle), or stopped while waiting
-            more = (max_barriers is None or done + 1 < max_barriers) and not stop.is_set()
-            try:
-                handed = self.run_barrier(barrier, ask_next=more)
-            except BaseException:
-                self._interrupted = True
-                raise
-            done += 1
-            if stop.is_set():
-                break
+        handoff = Handoff.known(None)  # the next barrier, handed over with a WRITTEN report
+        try:
+            while max_barriers is None or done < max_barriers:
+                barrier = self.session.await_handoff(handoff, stop=stop)
+                if barrier is None:
+                    barrier = (
+                        self.session.next_barrier()
+                        if until_idle
+                        else self.session.wait_for_next(stop=stop)
+                    )
+                if barrier is None:
+                    break  # none available (until_idle), or stopped while waiting
+                more = (max_barriers is None or done + 1 < max_barriers) and not stop.is_set()
+                try:
+                    handoff = self.run_barrier(
+                        barrier, ask_next=more, wait_s=0.0 if until_idle else WAIT_CHUNK_S
+                    )
+                except BaseException:
+                    self._interrupted = True
+                    raise
+                done += 1
+                if stop.is_set():
+                    break
+        finally:
+            handoff.close()  # a barrier handed over but never asked for: recovered as started
         return done
 
-    def run_barrier(self, barrier: Barrier, *, ask_next: bool = False) -> Barrier | None:
-        """Process one barrier through the whole protocol (DESIGN §4); with ``ask_next``,
-        the WRITTEN report also asks for the job's next barrier and returns it (None if
-        none is available yet), one round trip instead of two."""
+    def run_barrier(
+        self, barrier: Barrier, *, ask_next: bool = False, wait_s: float = 0.0
+    ) -> Handoff:
+        """Process one barrier through the whole protocol (DESIGN §4). With ``ask_next``,
+        the WRITTEN report also asks for the job's next barrier: the :class:`Handoff` brings
+        it, waiting up to ``wait_s`` for one once asked (one round trip instead of two, and
+        through the service, the wait is the same request)."""
         try:
             staged = self.stage(barrier)
-            handed = self.publish(barrier.barrier_id, staged, ask_next=ask_next)
+            handoff = self.publish(barrier.barrier_id, staged, ask_next=ask_next, wait_s=wait_s)
         except BaseException as e:
             self._lineage.interrupted(barrier.barrier_id, e)
             raise
         self._last_written = barrier
         self._progress(f"{self.job.job_id}: barrier {barrier.barrier_id} written")
-        return handed
+        return handoff
 
     def stage(self, barrier: Barrier) -> dict[str, int | None]:
         """Protocol steps 1 and 2: persist the input cuts, compute, stage every sink as a
@@ -296,26 +305,38 @@ class JobRunner:
         return staged
 
     def publish(
-        self, barrier_id: int, staged: Mapping[str, int | None], *, ask_next: bool = False
-    ) -> Barrier | None:
+        self,
+        barrier_id: int,
+        staged: Mapping[str, int | None],
+        *,
+        ask_next: bool = False,
+        wait_s: float = 0.0,
+    ) -> Handoff:
         """Protocol step 3: fast-forward each sink's main to the snapshot staged for the
         barrier, then report WRITTEN. Idempotent (a table whose main already holds the
         barrier is left alone); a fenced instance raises FencedError and never moves main.
-        With ``ask_next``, returns the job's next barrier if one is available already."""
+        With ``ask_next``, the handoff brings the job's next barrier (see :meth:`run_barrier`);
+        the work that follows the report is done before anything waits for it."""
         self.session.ensure_current()
         published = {
             table: self._publish(table, barrier_id, staged.get(table)) for table in self.job.sinks
         }
         _fault_point("after_publish", barrier_id, self.job.job_id)
-        handed = None
+        handoff = Handoff.known(None)
         if ask_next:
-            written, handed = self.session.report_written_and_next(barrier_id, published)
+            written, handoff = self.session.report_written_then_next(
+                barrier_id, published, wait_s=wait_s
+            )
         else:
             written = self.session.report_written(barrier_id, published)
-        self._lineage.completed(barrier_id, written)
-        self._after_written(barrier_id)
-        _fault_point("after_written", barrier_id, self.job.job_id)
-        return handed
+        try:
+            self._lineage.completed(barrier_id, written)
+            self._after_written(barrier_id)
+            _fault_point("after_written", barrier_id, self.job.job_id)
+        except BaseException:
+            handoff.close()
+            raise
+        return handoff
 
     # -- helpers ---------------------------------------------------------------------------------
 

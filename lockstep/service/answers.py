@@ -5,7 +5,7 @@ answered says the same thing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -21,6 +21,27 @@ def answer(value: Any, kind: Any) -> Response:
     """``value`` (of type ``kind``) as a JSON response, serialized by pydantic in one step
     (no JSON-able data in between)."""
     return Response(wire.dump_json(value, kind), media_type=JSON)
+
+
+class AnswerInParts(Response):
+    """A JSON answer sent in two parts: ``first`` at once, then what ``rest()`` returns
+    when it does (chunked). Together they are one JSON document, so a client that reads
+    the whole body sees a plain answer; ``first`` ends with a newline, so one that reads it
+    line by line can act on the first part meanwhile. (Starlette's ``StreamingResponse``
+    also listens for the client's disconnect on a task of its own: twice the cost, for a
+    wait that ends by itself.)"""
+
+    def __init__(self, first: bytes, rest: Callable[[], Awaitable[bytes]]) -> None:
+        super().__init__(media_type=JSON)
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        self._first = first
+        self._rest = rest
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        start = {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+        await send(start)
+        await send({"type": "http.response.body", "body": self._first, "more_body": True})
+        await send({"type": "http.response.body", "body": await self._rest()})
 
 
 def refusal(error: LockstepError) -> JSONResponse:

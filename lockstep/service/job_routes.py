@@ -1,15 +1,17 @@
 """The job protocol's endpoints (DESIGN §4): attach, next barrier (a long poll), reports,
 input cuts, recovery, and the job's own history.
 
-A job's barrier costs two or three calls: ``next-barrier`` (waiting on the service, not
-polling it: ``wakeup.py``), ``processed``, and ``written-and-next``, whose answer carries
-the job's next barrier when one is already available (when none is, the poll that follows
-starts waiting without looking again). Those three are applied in groups, many jobs' calls
-to a transaction (``group_commit.py``), and answered by the fast path (``fast_path.py``).
+A job's barrier costs two calls: ``processed``, and ``written-and-next``, whose answer
+carries the job's next barrier: at once when one is available, else (with ``wait_s``) in a
+second part of the same answer, when one becomes available (waiting on the service, not
+polling it: ``wakeup.py``). A job that asks without waiting, and a job's first barrier,
+wait with ``next-barrier``. These calls are applied in groups, many jobs' calls to a
+transaction (``group_commit.py``), and answered by the fast path (``fast_path.py``).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -17,8 +19,9 @@ from fastapi import FastAPI, Query, Response
 
 from lockstep.api import wire
 from lockstep.barrier.model import Barrier, JobInstance, JobProgress, RecoveryPlan, TableVersion
+from lockstep.errors import LockstepError
 from lockstep.meta_tables.store.base import MetadataStore
-from lockstep.service.answers import answer
+from lockstep.service.answers import AnswerInParts, answer
 from lockstep.service.deps import Admin, Reader
 from lockstep.service.fast_path import FastRoutes
 from lockstep.service.group_commit import WRITES_AT_ONCE, GroupCommit
@@ -85,15 +88,38 @@ def add_job_protocol(
         return wire.dump(versions, list[TableVersion])
 
     @fast.post(app, "/v1/jobs/{job_id}/written-and-next")
-    async def report_written_and_next(job_id: str, body: WrittenIn, _: Admin) -> Response:
-        """The WRITTEN report, and the job's next barrier (null if none is available yet)."""
+    async def report_written_and_next(
+        job_id: str, body: WrittenIn, _: Admin, wait_s: WaitS = 0.0
+    ) -> Response:
+        """The WRITTEN report, and the job's next barrier (null if none is available yet).
+
+        With ``wait_s``, when no barrier is available yet, the answer comes in two parts: the
+        report's ``versions`` as soon as it is recorded, then ``next_barrier`` when one is
+        available to the job, or null after ``wait_s``, as a long poll (``next-barrier``)
+        would answer. The two parts make one JSON document; the first ends its line. A wait
+        refused after the first part (the instance fenced meanwhile) adds ``refused``: the
+        error envelope its long poll would have answered."""
         mark = waits.mark(job_id)
         versions, found = await groups.report_written_and_next(
             job_id, body.token, body.barrier_id, body.snapshots
         )
-        if found is None:  # the job's poll that follows need not look again at once
-            waits.found_nothing(job_id, body.token, mark)
-        return answer(WrittenAndNextOut(versions, found), WrittenAndNextOut)
+        if found is not None:
+            return answer(WrittenAndNextOut(versions, found), WrittenAndNextOut)
+        waits.found_nothing(job_id, body.token, mark)  # so the wait need not look at once
+        if wait_s <= 0:
+            return answer(WrittenAndNextOut(versions, None), WrittenAndNextOut)
+
+        async def next_barrier() -> bytes:
+            try:
+                later = await waits.next_barrier(job_id, body.token, wait_s)
+            except LockstepError as e:  # fenced meanwhile, the store down: said in the answer
+                refused = json.dumps(wire.error_payload(e)).encode()
+                return b'"next_barrier":null,"refused":' + refused + b"}\n"
+            return b'"next_barrier":' + wire.dump_json(later, Barrier | None) + b"}\n"
+
+        # the fields of WrittenAndNextOut, in its order
+        first = b'{"versions":' + wire.dump_json(versions, list[TableVersion]) + b",\n"
+        return AnswerInParts(first, next_barrier)
 
     @app.post("/v1/jobs/{job_id}/aborted")
     def report_aborted(job_id: str, body: BarrierRefIn, _: Admin) -> dict[str, int]:

@@ -119,11 +119,15 @@ class CountRequests:
             await self.app(scope, receive, send)
             return
         status = 500  # an app that fails before answering: the server answers 500
+        answered: float | None = None  # when the body began: an answer in parts (a report
+        # and the wait for the next barrier: answers.AnswerInParts) is timed to its first
 
         async def noting_status(message: Message) -> None:
-            nonlocal status
+            nonlocal status, answered
             if message["type"] == "http.response.start":
                 status = message["status"]
+            elif answered is None:
+                answered = time.perf_counter()
             await send(message)
 
         started = time.perf_counter()
@@ -131,7 +135,8 @@ class CountRequests:
             await self.app(scope, receive, noting_status)
         finally:
             kind = endpoint_kind(scope["method"], scope["path"])
-            self.metrics.observe(kind, status, time.perf_counter() - started)
+            took = (answered or time.perf_counter()) - started
+            self.metrics.observe(kind, status, took)
             if status < 300:
                 self._note_lineage(scope)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timezone
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from lockstep.barrier.calls import Answer, Call, NextBarrier, Outcome, Processed, WrittenAndNext
+from lockstep.barrier.handoff import Handoff
 from lockstep.barrier.model import (
     Barrier,
     FoundVersion,
@@ -142,6 +144,27 @@ class MetadataStore(abc.ABC):
         """
         versions = self.report_written(job_id, token, barrier_id, snapshots)
         return versions, self.next_barrier(job_id, token)
+
+    def report_written_then_next(
+        self,
+        job_id: str,
+        token: int,
+        barrier_id: int,
+        snapshots: Mapping[str, int | None] | None = None,
+        *,
+        wait_s: float,
+    ) -> tuple[list[TableVersion], Handoff]:
+        """:meth:`report_written_and_next`, whose barrier, when none is available yet, is
+        waited for up to ``wait_s`` (:meth:`wait_for_next_barrier`) once the job asks for it
+        (:meth:`Handoff.result`): the job acts on its recorded report before it waits.
+        Through the service the report and the wait are one request, answered in two parts
+        (``POST /v1/jobs/{id}/written-and-next?wait_s=``); here, the wait is made when asked.
+        """
+        versions, found = self.report_written_and_next(job_id, token, barrier_id, snapshots)
+        if found is not None or wait_s <= 0:
+            return versions, Handoff.known(found)
+        wait = functools.partial(self.wait_for_next_barrier, job_id, token, timeout_s=wait_s)
+        return versions, Handoff(wait)
 
     def apply_calls(self, calls: Sequence[Call]) -> list[Outcome]:
         """Apply ``calls`` in order, as if one by one: each sees the ones before it and gets
