@@ -275,6 +275,7 @@ def test_a_report_is_timed_to_its_answer_not_to_the_wait_that_follows(
     )
     took = time.monotonic() - started
     assert answer.status_code == 200
+    assert answer.headers["x-accel-buffering"] == "no"  # a proxy passes the parts on
     assert answer.json()["next_barrier"] is None  # no barrier 5: it waited out its second
     assert took >= 1.0
     _, after = scrape(url)

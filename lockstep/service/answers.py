@@ -32,7 +32,8 @@ class AnswerInParts(Response):
     wait that ends by itself.)"""
 
     def __init__(self, first: bytes, rest: Callable[[], Awaitable[bytes]]) -> None:
-        super().__init__(media_type=JSON)
+        # no length (chunked), and not held back by a proxy (nginx honours this header)
+        super().__init__(media_type=JSON, headers={"X-Accel-Buffering": "no"})
         self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
         self._first = first
         self._rest = rest
