@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 from collections.abc import Coroutine, Iterator
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import invariant
@@ -385,14 +387,14 @@ def test_the_service_answers_from_memory_only_a_caller_that_says_what_it_saw(
         assert "seen" in bad.text
 
         sent: list[dict[str, Any]] = []
-        real = client.request
+        real = client.send
 
-        def noting(method: str, url: str, **kwargs: Any) -> Any:
-            if url.endswith("/v1/resolve"):
-                sent.append(kwargs["json"])
-            return real(method, url, **kwargs)
+        def noting(request: httpx.Request, **kwargs: Any) -> Any:
+            if request.url.path.endswith("/v1/resolve"):
+                sent.append(json.loads(request.content))
+            return real(request, **kwargs)
 
-        monkeypatch.setattr(client, "request", noting)
+        monkeypatch.setattr(client, "send", noting)
         remote.resolve(TABLES)
         remote.resolve(TABLES)
         remote.resolve(TABLES, RC)
