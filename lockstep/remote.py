@@ -245,11 +245,7 @@ class RemoteMetadataStore(MetadataStore):
         barrier_id: int,
         snapshots: Mapping[str, int | None] | None = None,
     ) -> list[TableVersion]:
-        body = {
-            "token": token,
-            "barrier_id": barrier_id,
-            "snapshots": dict(snapshots) if snapshots is not None else None,
-        }
+        body = _written(token, barrier_id, snapshots)
         result: list[TableVersion] = self._json(
             "POST", f"/v1/jobs/{job_id}/written", list[TableVersion], idempotent=True, json=body
         )
@@ -263,11 +259,7 @@ class RemoteMetadataStore(MetadataStore):
         barrier_id: int,
         snapshots: Mapping[str, int | None] | None = None,
     ) -> tuple[list[TableVersion], Barrier | None]:
-        body = {
-            "token": token,
-            "barrier_id": barrier_id,
-            "snapshots": dict(snapshots) if snapshots is not None else None,
-        }
+        body = _written(token, barrier_id, snapshots)
         path = f"/v1/jobs/{job_id}/written-and-next"
         answer = self._call("POST", path, idempotent=True, json=body).json()
         versions: list[TableVersion] = wire.load(answer["versions"], list[TableVersion])
@@ -294,11 +286,7 @@ class RemoteMetadataStore(MetadataStore):
         if wait_s == 0:
             written, found = self.report_written_and_next(job_id, token, barrier_id, snapshots)
             return written, Handoff.known(found)
-        body = {
-            "token": token,
-            "barrier_id": barrier_id,
-            "snapshots": dict(snapshots) if snapshots is not None else None,
-        }
+        body = _written(token, barrier_id, snapshots)
         timeout = httpx.Timeout(self._timeout_s, read=wait_s + self._timeout_s)
         self._poll_started(job_id, token)
         try:
@@ -584,6 +572,14 @@ class RemoteMetadataStore(MetadataStore):
 
 def _arrow(response: httpx.Response) -> pa.Table:
     return pa.ipc.open_stream(response.content).read_all()
+
+
+def _written(
+    token: int, barrier_id: int, snapshots: Mapping[str, int | None] | None
+) -> dict[str, Any]:
+    """A WRITTEN report's body."""
+    listed = dict(snapshots) if snapshots is not None else None
+    return {"token": token, "barrier_id": barrier_id, "snapshots": listed}
 
 
 def _refusal(response: httpx.Response) -> Exception:

@@ -129,18 +129,26 @@ def test_a_stopped_job_does_not_wait_out_the_poll(counted: tuple[CountingStore, 
     remote.close()
 
 
+def _root_processed(
+    store: SqlMetadataStore, url: str, *, barriers: int
+) -> tuple[RemoteMetadataStore, JobSession]:
+    """The shopping pipeline's root job through the service, ``barriers`` issued and its
+    barrier 1 PROCESSED."""
+    register(store)
+    remote = RemoteMetadataStore(url)
+    session = JobSession(remote, remote.attach("load_shopping"))
+    for _ in range(barriers):
+        store.issue_barrier()
+    assert session.wait_for_next(timeout_s=WAIT_S) is not None
+    session.report_processed(1, {"shopping": snapshot_id("shopping", 1)})
+    return remote, session
+
+
 def test_a_remote_job_goes_on_through_the_handed_barrier(
     counted: tuple[CountingStore, str],
 ) -> None:
     store, url = counted
-    register(store)
-    remote = RemoteMetadataStore(url)
-    session = JobSession(remote, remote.attach("load_shopping"))
-    store.issue_barrier()
-    store.issue_barrier()
-    first = session.wait_for_next(timeout_s=WAIT_S)
-    assert first is not None
-    session.report_processed(1, {"shopping": snapshot_id("shopping", 1)})
+    remote, session = _root_processed(store, url, barriers=2)
     versions, handed = session.report_written_and_next(1)
     assert [v.state.value for v in versions] == ["WRITTEN"]
     assert handed is not None
@@ -152,12 +160,7 @@ def test_a_remote_job_is_handed_its_next_barrier_on_its_report_request(
     counted: tuple[CountingStore, str],
 ) -> None:
     store, url = counted
-    register(store)
-    remote = RemoteMetadataStore(url)
-    session = JobSession(remote, remote.attach("load_shopping"))
-    store.issue_barrier()
-    assert session.wait_for_next(timeout_s=WAIT_S) is not None
-    session.report_processed(1, {"shopping": snapshot_id("shopping", 1)})
+    remote, session = _root_processed(store, url, barriers=1)
     # answered while barrier 2 does not exist: the report's part came first
     versions, handoff = session.report_written_then_next(1)
     assert [v.state.value for v in versions] == ["WRITTEN"]

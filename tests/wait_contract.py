@@ -30,6 +30,19 @@ def _processed(store: MetadataStore, job_id: str, token: int, barrier_id: int, t
     store.report_processed(job_id, token, barrier_id, {table: snapshot_id(table, barrier_id)})
 
 
+def _root_processed(store: MetadataStore, *, barriers: int = 1) -> tuple[int, int]:
+    """The shopping pipeline with its root and ``sum_amount`` attached, ``barriers`` issued
+    and the root's barrier 1 PROCESSED: the two instances' tokens."""
+    register(store)
+    root = store.attach("load_shopping").token
+    down = store.attach("sum_amount").token
+    for _ in range(barriers):
+        store.issue_barrier()
+    assert store.next_barrier("load_shopping", root) is not None
+    _processed(store, "load_shopping", root, 1, "shopping")
+    return root, down
+
+
 def _seen(store: MetadataStore, job_id: str) -> object:
     """When the job's current instance was last seen (``__META_JOB.instance_seen_at``)."""
     query = f"SELECT instance_seen_at FROM __META_JOB WHERE job_id = '{job_id}'"
@@ -84,12 +97,7 @@ class WaitContract:
     def test_written_then_next_hands_over_an_available_barrier_at_once(
         self, store: MetadataStore
     ) -> None:
-        register(store)
-        token = store.attach("load_shopping").token
-        store.issue_barrier()
-        store.issue_barrier()
-        assert store.next_barrier("load_shopping", token) is not None
-        _processed(store, "load_shopping", token, 1, "shopping")
+        token, _ = _root_processed(store, barriers=2)
         started = time.monotonic()
         versions, handoff = store.report_written_then_next(
             "load_shopping", token, 1, wait_s=LONG_WAIT_S
@@ -109,12 +117,7 @@ class WaitContract:
         self, store: MetadataStore
     ) -> None:
         _threads_share(store)
-        register(store)
-        root = store.attach("load_shopping").token
-        down = store.attach("sum_amount").token
-        store.issue_barrier()
-        assert store.next_barrier("load_shopping", root) is not None
-        _processed(store, "load_shopping", root, 1, "shopping")
+        root, down = _root_processed(store)
         got: list[object] = []
 
         def root_job() -> None:
@@ -138,11 +141,7 @@ class WaitContract:
         assert progress[2].started_at is not None
 
     def test_written_then_next_hands_over_none_when_none_comes(self, store: MetadataStore) -> None:
-        register(store)
-        token = store.attach("load_shopping").token
-        store.issue_barrier()
-        assert store.next_barrier("load_shopping", token) is not None
-        _processed(store, "load_shopping", token, 1, "shopping")
+        token, _ = _root_processed(store)
         started = time.monotonic()
         versions, handoff = store.report_written_then_next("load_shopping", token, 1, wait_s=0.3)
         assert versions[0].state is VersionState.WRITTEN
@@ -168,12 +167,7 @@ class WaitContract:
 
     def test_a_handoff_learns_its_instance_was_fenced(self, store: MetadataStore) -> None:
         _threads_share(store)
-        register(store)
-        old = store.attach("load_shopping").token
-        down = store.attach("sum_amount").token
-        store.issue_barrier()
-        assert store.next_barrier("load_shopping", old) is not None
-        _processed(store, "load_shopping", old, 1, "shopping")
+        old, down = _root_processed(store)
         failures: list[BaseException] = []
 
         def root_job() -> None:
