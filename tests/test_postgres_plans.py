@@ -9,7 +9,9 @@ seeking each table). Then this test found that even a primary-key lookup of one 
 the barrier did the same, with no statistics and after ``ANALYZE`` alike: the statistics
 never cover the newest barrier, so the planner took the barrier's index, which then held
 only the barrier (fixed by schema version 7, which indexes the table with the barrier).
-A statement run only once or twice a barrier (finding the root jobs) may read all jobs."""
+A statement run only once or twice a barrier (finding the root jobs) may read all jobs.
+A service's memory of the heads (``head_cache``) reads a few rows per table it is asked
+about, checked apart: its statements run on the event loop, outside this capture."""
 
 from __future__ import annotations
 
@@ -21,12 +23,17 @@ from pg_plans import (
     analyze,
     captured,
     check_plans,
+    explain,
     freeze_statistics,
     pipelines,
+    rows_read,
     run_barrier,
 )
 from pg_server import fresh_database
+from sqlalchemy import select
 
+from lockstep.meta_tables.store.sql import head_cache
+from lockstep.meta_tables.store.sql.schema import TableHeadRow
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -62,9 +69,40 @@ def plans(postgres_admin: str) -> Iterator[dict[str, list[Checked]]]:
                     run_barrier(store, jobs, tokens)  # one call at a time, embedded
                     run_barrier(store, jobs, tokens, group=GROUP)  # the service's groups
                 found[statistics] = check_plans(store.engine, sent)
+            found["memory"] = _memory_plans(store, [j.sinks[0] for j in jobs])
             yield found
         finally:
             store.close()
+
+
+def _memory_plans(store: SqlMetadataStore, tables: list[str]) -> list[Checked]:
+    """The plans of a service's memory of the heads (``head_cache``, run on the event loop,
+    so not captured above), after ``ANALYZE``: its check of every table (none moved, then
+    all), and the read of ten tables' entries. ``out`` here is the tables asked about."""
+    engine = store.engine
+    with engine.connect() as conn:
+        heads = select(TableHeadRow.table_name, TableHeadRow.newest_written)
+        held = {table: written for table, written in conn.execute(heads)}
+    moved = head_cache.moved_statement(engine)
+    entries = head_cache.entries_statement(engine)
+    runs = [
+        (moved, {"tables": tables, "held": [held[t] for t in tables]}, len(tables)),
+        (moved, {"tables": tables, "held": [0] * len(tables)}, len(tables)),
+        (entries, {"tables": tables[:10]}, 10),
+    ]
+    checked = []
+    for statement, values, asked in runs:
+        plan = explain(engine, statement.sql, statement.parameters(values))
+        checked.append(Checked(statement.sql, 1, 0.0, rows_read(plan), asked))
+    return checked
+
+
+def test_memory_of_the_heads_reads_a_few_rows_a_table(plans: dict[str, list[Checked]]) -> None:
+    memory = plans["memory"]
+    assert [c.out for c in memory] == [JOBS, JOBS, 10]
+    # per table: a seek of its head, its horizon and its name, and its newest versions
+    assert [c for c in memory if c.read > PER_ROW * c.out] == []
+    assert all(c.read >= c.out for c in memory)  # each table was read: the plans ran
 
 
 def _too_many(checked: list[Checked]) -> list[str]:
