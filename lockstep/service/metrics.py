@@ -196,10 +196,12 @@ def watch_leadership(app: FastAPI, issuer_holder: str) -> None:
 
 
 def watch_long_polls(app: FastAPI, waits: BarrierWaits) -> None:
-    """``lockstep_long_polls``: the jobs' long polls waiting on this replica now."""
+    """``lockstep_long_polls``: the jobs waiting on this replica now for their next barrier
+    (a long poll, or the wait after a WRITTEN report, on the same request)."""
     gauge = Gauge(
         "lockstep_long_polls",
-        "Long polls of jobs waiting for their next barrier on this replica now",
+        "Jobs waiting for their next barrier on this replica now (long polls and the waits "
+        "after WRITTEN reports)",
         registry=app.state.metrics_registry,
     )
     gauge.set_function(lambda: waits.waiting)
