@@ -75,12 +75,12 @@ def server_pid(store_url: str) -> int | None:
     try:
         with engine.connect() as connection:
             backend = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            try:  # while the connection is open: its backend ends with it
+                stat = Path(f"/proc/{backend}/stat").read_text()
+            except OSError:
+                return None  # not here: a server on another machine
     finally:
         engine.dispose()
-    try:
-        stat = Path(f"/proc/{backend}/stat").read_text()
-    except OSError:
-        return None  # not here: a server on another machine
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
