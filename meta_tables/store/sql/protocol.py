@@ -254,6 +254,25 @@ def _barrier_started(s: Session, job_id: str, barrier_id: int) -> tuple[Barrier,
     return Barrier(barrier_id, from_micros(ts)), started_at is not None
 
 
+_BARRIER = select(BarrierRow.ts).where(BarrierRow.barrier_id == bindparam("barrier_id"))
+_BARRIERS_READ = "lockstep_barriers_read"  # Session.info: the barriers read, by id
+
+
+def _barrier(s: Session, barrier_id: int) -> Barrier:
+    """The barrier: read once per session (a barrier's issue time never changes), so a
+    group whose looks find the same barrier reads it once."""
+    read: dict[int, Barrier] = s.info.setdefault(_BARRIERS_READ, {})
+    found = read.get(barrier_id)
+    if found is None:
+        statement = driver.compiled("barrier", s.get_bind().dialect, lambda: _BARRIER)
+        rows_found = statement.within(s, {"barrier_id": barrier_id})
+        if not rows_found:
+            raise UnknownBarrierError(barrier_id)
+        [(ts,)] = rows_found
+        found = read[barrier_id] = Barrier(barrier_id, from_micros(ts))
+    return found
+
+
 def _current_job(s: Session, job_id: str, token: int, *, sinks: bool = True) -> JobState:
     """The job, locked, for its instance ``token`` (else refused: ``FencedError``). Writes a
     group holds (``group_io``) to the job's sources, and its sinks unless ``sinks`` is
@@ -287,9 +306,9 @@ def start_next_barrier(
     barrier_id = expected_barrier(s, job, last_written=written)
     if barrier_id is None:
         return None
-    found, started = _barrier_started(s, job_id, barrier_id)
-    if not started:
-        record_progress(s, job_id, barrier_id, token, started=now)
+    found = _barrier(s, barrier_id)
+    # a start recorded before is kept (the upsert), so whether there is one need not be read
+    record_progress(s, job_id, barrier_id, token, started=now)
     return found
 
 

@@ -421,10 +421,9 @@ def progress_deferred(s: Session) -> Iterator[None]:
     """Within the block, :func:`record_progress` notes its rows, one per job and barrier
     merged as its statements one after another would leave it; at the block's end (not at
     an error, which rolls the transaction back) one statement writes them all. For a group
-    of protocol calls (``group_commit.py``): the only read of progress in a group is
-    whether a barrier's start is recorded, which spares a write that would change nothing
-    (the first start recorded is kept), so a start noted but not yet written changes no
-    answer."""
+    of protocol calls (``group_commit.py``): no call of a group reads progress (a look
+    records its barrier's start without asking whether one is recorded: the first start
+    is kept), so a row noted but not yet written changes no answer."""
     noted: dict[tuple[str, int], dict[str, Any]] = {}
     s.info[_DEFERRED_PROGRESS] = noted
     try:
