@@ -5,7 +5,7 @@ call with the answer it gets alone, a refused call changing nothing and stopping
 from __future__ import annotations
 
 import pytest
-from pipelines import dump, register, snapshot_id
+from pipelines import dump, register, run_barrier, snapshot_id
 
 from lockstep.barrier.calls import NextBarrier, Processed, WrittenAndNext
 from lockstep.barrier.model import Barrier, TableVersion, VersionState
@@ -66,6 +66,38 @@ class CallsContract:
         assert _states(again[0]) == [("user_item_amount", 1, totals, WRITTEN)]
         assert _states(again[1]) == [("user_item_amount", 1, totals, WRITTEN)]
         assert dump(store) == before
+
+    def test_a_written_report_hands_on_what_its_sources_wrote_before_or_in_its_group(
+        self, store: MetadataStore
+    ) -> None:
+        register(store)
+        root = store.attach("load_shopping").token
+        amount = store.attach("sum_amount").token
+        for _ in range(2):
+            store.issue_barrier()
+        for b in (1, 2):  # the root writes two barriers ahead of its reader
+            assert run_barrier(store, "load_shopping", root) == b
+
+        def wrote(job: str, token: int, b: int, table: str) -> WrittenAndNext:
+            store.report_processed(job, token, b, {table: snapshot_id(table, b)})
+            return WrittenAndNext(job, token, b)
+
+        assert store.next_barrier("sum_amount", amount) is not None
+        [(_, handed)] = store.apply_calls([wrote("sum_amount", amount, 1, "user_item_amount")])
+        assert handed is not None
+        assert handed.barrier_id == 2  # its source wrote it before the group
+        third = store.issue_barrier()
+        assert store.next_barrier("load_shopping", root) == third
+        store.report_processed("load_shopping", root, 3, {"shopping": snapshot_id("shopping", 3)})
+        outcomes = store.apply_calls(
+            [
+                WrittenAndNext("load_shopping", root, 3),
+                wrote("sum_amount", amount, 2, "user_item_amount"),
+            ]
+        )
+        assert [o[1] for o in outcomes if isinstance(o, tuple)] == [None, third]  # in-group
+        [(_, handed)] = store.apply_calls([wrote("sum_amount", amount, 3, "user_item_amount")])
+        assert handed is None  # its source has written nothing after barrier 3
 
     def test_a_refused_call_changes_nothing_and_stops_no_other(self, store: MetadataStore) -> None:
         register(store)
