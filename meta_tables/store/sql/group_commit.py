@@ -61,10 +61,8 @@ def apply_in_order(s: Session, calls: Numbered, clock: Callable[[], datetime]) -
 
 def _read_ahead(s: Session, calls: Sequence[Call]) -> None:
     """Read the versions the group's reports will read at their barriers, one statement per
-    barrier: each report's sinks, and a PROCESSED report's sources; and in one statement
-    the heads of the sources of the WRITTEN reports' jobs, for the looks that follow."""
+    barrier: each report's sinks, and a PROCESSED report's sources."""
     wanted: dict[int, set[str]] = {}
-    sources: set[str] = set()
     for call in calls:
         job = rows.locked(s, call.job_id)
         if job is None:
@@ -74,14 +72,9 @@ def _read_ahead(s: Session, calls: Sequence[Call]) -> None:
                 wanted.setdefault(barrier_id, set()).update(job.spec.sinks, job.spec.sources)
             case WrittenAndNext(_, _, barrier_id):
                 wanted.setdefault(barrier_id, set()).update(job.spec.sinks)
-                sources.update(job.spec.sources)
     for barrier_id, tables in wanted.items():
         named = sorted(tables)
         group_io.remember(s, barrier_id, named, rows.versions_at(s, named, barrier_id))
-    if sources:
-        named = sorted(sources)
-        heads = rows.newest_written(s, named)
-        group_io.remember_heads(s, {t: heads.get(t) for t in named})
 
 
 def _apply(s: Session, call: Call, now: datetime) -> Answer:

@@ -17,13 +17,6 @@ done for the whole group, without changing any call's answer:
   report, then its reader's look, in one group), and a WRITTEN report's next look reads
   its own sinks, so a group's PROCESSED reports send their writes once.
 
-- **Heads read ahead.** The newest WRITTEN barrier of the sources of the group's WRITTEN
-  reports' jobs, read in one statement (:func:`remember_heads`): the look that follows
-  such a report needs no search when a source has written nothing after the report's
-  barrier (:func:`known_heads`). A write to a table's versions in the group forgets it.
-  A source written by another transaction after the read is the case of a write that
-  lands just after a look: it announces the job, whose wait looks again (``wakeup.py``).
-
 A refused call rolls the group's transaction back: what was held is dropped with it.
 """
 
@@ -41,7 +34,6 @@ from lockstep.meta_tables.store.sql import driver
 
 _READ = "lockstep_versions_read"  # Session.info: barrier -> {table: its version or None}
 _HELD = "lockstep_held_writes"  # Session.info: the writes held (:class:`_Held`)
-_HEADS = "lockstep_heads_read"  # Session.info: table -> its newest WRITTEN barrier or None
 
 
 @dataclass
@@ -67,12 +59,11 @@ def grouped(s: Session) -> Iterator[None]:
     at its end (not at an error, which rolls the transaction back) the writes are sent."""
     held = _Held()
     s.info[_READ] = {}
-    s.info[_HEADS] = {}
     s.info[_HELD] = held
     try:
         yield
     finally:
-        del s.info[_READ], s.info[_HEADS], s.info[_HELD]
+        del s.info[_READ], s.info[_HELD]
     held.send(s)
 
 
@@ -98,23 +89,6 @@ def known_versions(
     return {t: version for t in tables if (version := at[t]) is not None}
 
 
-def remember_heads(s: Session, heads: Mapping[str, int | None]) -> None:
-    """Tables' newest WRITTEN barriers read ahead (None: none), for :func:`known_heads`
-    to answer from within :func:`grouped`."""
-    read: dict[str, int | None] | None = s.info.get(_HEADS)
-    if read is not None:
-        read.update(heads)
-
-
-def known_heads(s: Session, tables: Sequence[str]) -> dict[str, int | None] | None:
-    """The newest WRITTEN barrier of each of ``tables`` as read ahead (None: none), or None
-    when any was not read ahead (or its versions were written since)."""
-    read: dict[str, int | None] | None = s.info.get(_HEADS)
-    if read is None or any(t not in read for t in tables):
-        return None
-    return {t: read[t] for t in tables}
-
-
 def write(
     s: Session,
     statement: driver.Statement,
@@ -131,10 +105,6 @@ def write(
         for at in read.values():
             for table in tables:
                 at.pop(table, None)
-    heads: dict[str, int | None] | None = s.info.get(_HEADS)
-    if versions and heads is not None:
-        for table in tables:
-            heads.pop(table, None)
     held: _Held | None = s.info.get(_HELD)
     if held is None:
         statement.write(s, rows)

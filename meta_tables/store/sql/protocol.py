@@ -214,8 +214,6 @@ def expected_barrier(
         root_next = driver.compiled(("root_next", known), dialect, lambda: _root_next(known=known))
         [(found,)] = root_next.within(s, params)
         return found  # type: ignore[no-any-return]
-    if known and _a_source_is_behind(s, spec.sources, last_written):
-        return None
     sources = len(spec.sources)
     params.update((f"source_{i}", t) for i, t in enumerate(spec.sources))
     search = driver.compiled(
@@ -230,16 +228,6 @@ def expected_barrier(
     return resolve.oldest_common_barrier(
         s, spec.sources, candidate=max(firsts), known_common=known_available
     )
-
-
-def _a_source_is_behind(s: Session, sources: Sequence[str], last_written: int | None) -> bool:
-    """Whether, by the heads a group read ahead (``group_io.known_heads``), a source has
-    WRITTEN nothing after ``last_written``: then no barrier after it is available (the
-    search would find none). False when the heads are not known."""
-    heads = group_io.known_heads(s, sources)
-    if heads is None or last_written is None:
-        return False
-    return any(written is None or written <= last_written for written in heads.values())
 
 
 _BARRIER_STARTED = (

@@ -43,7 +43,6 @@ from lockstep.meta_tables.store.sql.schema import (
     JobRow,
     JobSinkRow,
     JobSourceRow,
-    TableHeadRow,
     TableVersionRow,
     from_micros,
 )
@@ -349,35 +348,6 @@ def versions_at(s: Session, tables: Sequence[str], barrier_id: int) -> dict[str,
     return {
         row[0]: driver_version(*row) for row in statement.within(s, {**named, "at": barrier_id})
     }
-
-
-def newest_written(s: Session, tables: Sequence[str]) -> dict[str, int | None]:
-    """Each table's newest WRITTEN barrier (None: none yet) from its head, in one statement
-    on the driver's cursor (a table with no head row is left out)."""
-    if not tables:
-        return {}
-    statement = _newest_written(s.get_bind().dialect)
-    return {table: written for table, written in statement.within(s, {"tables": list(tables)})}
-
-
-def _newest_written(dialect: Dialect) -> driver.Statement:
-    """The named tables' heads (``:tables``): seeks by primary key, one per name."""
-
-    def build() -> Select[Unpack[tuple[Any, ...]]]:
-        columns = (TableHeadRow.table_name, TableHeadRow.newest_written)
-        if dialect.name != "postgresql":
-            named = driver.in_list(TableHeadRow.table_name, "tables", dialect)
-            return select(*columns).where(named)
-        names = unnested_names()
-        seek = (
-            select(*columns)
-            .where(TableHeadRow.table_name == names.c.name)
-            .limit(SEEK_ONE)
-            .lateral("h")
-        )
-        return select(*seek.c).select_from(names).join(seek, true())
-
-    return driver.compiled("newest_written", dialect, build, ["tables"])
 
 
 def driver_version(
