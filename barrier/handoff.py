@@ -60,32 +60,34 @@ class Handoff:
                 self._failure = e
                 raise
             finally:
-                self._finish()
+                with self._lock:
+                    self._state = "done"
+                self._settle()
         self._done.wait()
         if self._failure is not None:
             raise self._failure
         return self._found
 
+    @property
+    def answered(self) -> bool:
+        """Whether :meth:`result` answers without waiting (known, waited for, or closed)."""
+        return self._done.is_set()
+
     def close(self) -> None:
         """Give up on a barrier not asked for yet: what its wait holds is freed at once. A
         wait under way (another thread's :meth:`result`) is left to end on its own."""
-        with self._lock:
+        with self._lock:  # the state moves under the lock: a wait cannot start after this
             if self._state != "pending":
                 return
             self._state = "done"
-        self._free()
-        self._done.set()
+        self._settle()
 
-    def _finish(self) -> None:
-        with self._lock:
-            self._state = "done"
-        self._free()
-        self._done.set()
-
-    def _free(self) -> None:
+    def _settle(self) -> None:
+        """What the wait held is freed (once), and every asker answered."""
         release, self._release = self._release, None
         if release is not None:
             release()
+        self._done.set()
 
     def __enter__(self) -> Handoff:
         return self

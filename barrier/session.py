@@ -195,6 +195,8 @@ class JobSession:
         """The barrier ``handoff`` brings, or None if none came in its wait or ``stop`` was
         set meanwhile (noticed within :data:`STOP_CHECK_S`); then wait with
         :meth:`wait_for_next`."""
+        if handoff.answered:  # known with the report: no thread to watch ``stop`` beside it
+            return None if stop is not None and stop.is_set() else handoff.result()
         return _unless_stopped(handoff.result, stop)
 
     def report_aborted(self, barrier_id: int) -> None:

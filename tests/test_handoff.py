@@ -38,6 +38,7 @@ class Wait:
 
 
 def test_a_known_barrier_needs_no_wait() -> None:
+    assert Handoff.known(BARRIER).answered
     assert Handoff.known(BARRIER).result() == BARRIER
     assert Handoff.known(None).result() is None
 
@@ -46,7 +47,9 @@ def test_the_wait_is_made_once_and_its_connection_freed_once() -> None:
     wait = Wait()
     handoff = Handoff(wait, release=wait.release)
     assert wait.calls == 0  # nothing waits until the barrier is asked for
+    assert not handoff.answered
     assert handoff.result() == BARRIER
+    assert handoff.answered
     assert handoff.result() == BARRIER
     handoff.close()
     assert (wait.calls, wait.released) == (1, 1)
@@ -57,6 +60,7 @@ def test_closed_before_asked_it_frees_at_once_and_never_waits() -> None:
     with Handoff(wait, release=wait.release) as handoff:
         pass
     assert (wait.calls, wait.released) == (0, 1)
+    assert handoff.answered
     assert handoff.result() is None  # given up: nothing came
 
 
