@@ -99,6 +99,36 @@ class CallsContract:
         [(_, handed)] = store.apply_calls([wrote("sum_amount", amount, 3, "user_item_amount")])
         assert handed is None  # its source has written nothing after barrier 3
 
+    def test_reports_together_are_checked_against_their_jobs_progress(
+        self, store: MetadataStore
+    ) -> None:
+        store.issue_barrier()  # before the jobs are registered: not theirs
+        register(store)
+        root = store.attach("load_shopping").token
+        store.issue_barrier()
+        assert run_barrier(store, "load_shopping", root) == 2
+        store.issue_barrier()
+        [behind] = store.apply_calls([Processed("load_shopping", root, 1, {"shopping": 1})])
+        assert isinstance(behind, ProtocolError)
+        assert "already written barrier 2" in str(behind)
+        [early] = store.apply_calls([Processed("load_shopping", root, 5, {"shopping": 5})])
+        assert isinstance(early, ProtocolError)
+        assert "has not been issued" in str(early)
+        shopping = snapshot_id("shopping", 3)
+        ahead, taken = store.apply_calls(
+            [
+                NextBarrier("load_shopping", root),
+                Processed("load_shopping", root, 3, {"shopping": shopping}),
+            ]
+        )
+        assert isinstance(ahead, Barrier)
+        assert ahead.barrier_id == 3
+        assert _states(taken) == [("shopping", 3, shopping, PROCESSED)]
+        store.issue_barrier()
+        [skipped] = store.apply_calls([Processed("load_shopping", root, 4, {"shopping": 4})])
+        assert isinstance(skipped, ProtocolError)
+        assert "out of order: its next barrier is 3" in str(skipped)
+
     def test_a_refused_call_changes_nothing_and_stops_no_other(self, store: MetadataStore) -> None:
         register(store)
         stale = store.attach("load_shopping").token

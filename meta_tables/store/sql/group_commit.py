@@ -30,7 +30,15 @@ from sqlalchemy.orm import Session
 
 from lockstep.barrier.calls import Answer, Call, NextBarrier, Processed, WrittenAndNext
 from lockstep.errors import LockstepError
-from lockstep.meta_tables.store.sql import group_io, heads, protocol, rounds, rows, wakeups
+from lockstep.meta_tables.store.sql import (
+    group_io,
+    heads,
+    protocol,
+    rounds,
+    rows,
+    search_ahead,
+    wakeups,
+)
 
 Numbered = Sequence[tuple[int, Call]]  # calls with their places in the group
 
@@ -61,17 +69,25 @@ def apply_in_order(s: Session, calls: Numbered, clock: Callable[[], datetime]) -
 
 def _read_ahead(s: Session, calls: Sequence[Call]) -> None:
     """Read the versions the group's reports will read at their barriers, one statement per
-    barrier: each report's sinks, and a PROCESSED report's sources."""
+    barrier: each report's sinks, and a PROCESSED report's sources; and every call's
+    search for its job's next barrier, one statement for all (``search_ahead``)."""
     wanted: dict[int, set[str]] = {}
+    searches: list[search_ahead.Wanted] = []
     for call in calls:
         job = rows.locked(s, call.job_id)
         if job is None:
             continue
         match call:
+            case NextBarrier():
+                searches.append(search_ahead.Wanted(job))
             case Processed(_, _, barrier_id):
                 wanted.setdefault(barrier_id, set()).update(job.spec.sinks, job.spec.sources)
+                searches.append(search_ahead.Wanted(job, at=barrier_id))
             case WrittenAndNext(_, _, barrier_id):
                 wanted.setdefault(barrier_id, set()).update(job.spec.sinks)
+                # the look after the report, which tells it the job's newest WRITTEN barrier
+                searches.append(search_ahead.Wanted(job, last_written=barrier_id))
+    search_ahead.read(s, searches)
     for barrier_id, tables in wanted.items():
         named = sorted(tables)
         group_io.remember(s, barrier_id, named, rows.versions_at(s, named, barrier_id))

@@ -1,6 +1,6 @@
-"""A group's reads of versions made once, and its reports' writes sent together.
+"""A group's reads (versions, searches) made once, and its reports' writes sent together.
 
-Within a group of protocol calls (``group_commit.py``), two things a call would do alone are
+Within a group of protocol calls (``group_commit.py``), three things a call would do alone are
 done for the whole group, without changing any call's answer:
 
 - **Versions read ahead.** Before the calls run, the versions the reports will read at
@@ -8,6 +8,13 @@ done for the whole group, without changing any call's answer:
   statement per barrier (:func:`remember`); ``rows.versions_at`` answers from them
   (:func:`known_versions`). A write to a table's versions forgets that table, so a read
   after the write goes to the store.
+- **Searches read ahead.** Each call searches once for its job's next barrier
+  (``protocol.expected_barrier``), and a PROCESSED report also reads whether its barrier
+  was issued and the job's newest WRITTEN barrier. Before the calls run, those reads are
+  made for the whole group in one statement (``search_ahead.py``), and a call's search
+  answers from them (:func:`known_search`). A write to a table's versions forgets the
+  searches that read that table (a source, or the sink whose newest WRITTEN barrier
+  was read), so a search after it goes to the store.
 - **Writes held.** A report's inserts and updates (:func:`write`) are held, and sent at
   the group's end: one ``executemany`` per statement, which psycopg pipelines (one round
   trip for the group's rows, not one per row). Each step of the protocol that reads a
@@ -34,6 +41,21 @@ from lockstep.meta_tables.store.sql import driver
 
 _READ = "lockstep_versions_read"  # Session.info: barrier -> {table: its version or None}
 _HELD = "lockstep_held_writes"  # Session.info: the writes held (:class:`_Held`)
+_SEARCHED = "lockstep_searches_read"  # Session.info: (job, its last WRITTEN barrier, when
+# given, or None) -> :class:`Searched`
+
+
+@dataclass(frozen=True)
+class Searched:
+    """A job's search for its next barrier, read ahead: what ``protocol.expected_barrier``
+    and a PROCESSED report would have read at that point of the transaction."""
+
+    read: frozenset[str]  # the tables whose versions it read
+    firsts: tuple[int | None, ...]  # each source's first WRITTEN barrier after the job's
+    # progress, in the sources' order (a root job: the first barrier after it)
+    last_written: int | None  # the job's newest WRITTEN barrier (given, or read)
+    at: int | None  # a PROCESSED report's barrier...
+    issued: bool  # ...and whether it was issued
 
 
 @dataclass
@@ -60,10 +82,11 @@ def grouped(s: Session) -> Iterator[None]:
     held = _Held()
     s.info[_READ] = {}
     s.info[_HELD] = held
+    s.info[_SEARCHED] = {}
     try:
         yield
     finally:
-        del s.info[_READ], s.info[_HELD]
+        del s.info[_READ], s.info[_HELD], s.info[_SEARCHED]
     held.send(s)
 
 
@@ -89,6 +112,21 @@ def known_versions(
     return {t: version for t in tables if (version := at[t]) is not None}
 
 
+def remember_searches(s: Session, found: Mapping[tuple[str, int | None], Searched]) -> None:
+    """Searches read ahead, by job and the last WRITTEN barrier they were given (None: they
+    read it), for :func:`known_search` to answer from within :func:`grouped`."""
+    searched: dict[tuple[str, int | None], Searched] | None = s.info.get(_SEARCHED)
+    if searched is not None:
+        searched.update(found)
+
+
+def known_search(s: Session, job_id: str, last_written: int | None) -> Searched | None:
+    """The job's search read ahead given ``last_written`` (None: read, not given), or None
+    when it was not read ahead (or a table it read was written since)."""
+    searched: dict[tuple[str, int | None], Searched] | None = s.info.get(_SEARCHED)
+    return None if searched is None else searched.get((job_id, last_written))
+
+
 def write(
     s: Session,
     statement: driver.Statement,
@@ -105,6 +143,9 @@ def write(
         for at in read.values():
             for table in tables:
                 at.pop(table, None)
+        searched: dict[tuple[str, int | None], Searched] = s.info[_SEARCHED]
+        for key in [k for k, found in searched.items() if not found.read.isdisjoint(tables)]:
+            del searched[key]
     held: _Held | None = s.info.get(_HELD)
     if held is None:
         statement.write(s, rows)

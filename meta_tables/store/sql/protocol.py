@@ -206,20 +206,11 @@ def expected_barrier(
     statement; two for an intermediate job). ``known_available``: a barrier all its
     sources are known to have WRITTEN; ``last_written``: the job's newest WRITTEN barrier,
     when the caller knows it (the search then does not read it)."""
-    spec, dialect = job.spec, s.get_bind().dialect
-    known = last_written is not None
-    params: dict[str, Any] = {"start_after": job.start_after}
-    params.update({"last_written": last_written} if known else {"first_sink": spec.sinks[0]})
+    spec = job.spec
+    ahead = group_io.known_search(s, spec.job_id, last_written)  # read ahead for a group
+    row = _search(s, job, last_written) if ahead is None else ahead.firsts
     if spec.is_root:
-        root_next = driver.compiled(("root_next", known), dialect, lambda: _root_next(known=known))
-        [(found,)] = root_next.within(s, params)
-        return found  # type: ignore[no-any-return]
-    sources = len(spec.sources)
-    params.update((f"source_{i}", t) for i, t in enumerate(spec.sources))
-    search = driver.compiled(
-        ("sources_next", sources, known), dialect, lambda: _sources_next(sources, known=known)
-    )
-    [row] = search.within(s, params)
+        return row[0]
     firsts = [b for b in row if b is not None]
     if len(firsts) < len(spec.sources):
         return None  # a source has not WRITTEN a barrier after the job's progress yet
@@ -228,6 +219,26 @@ def expected_barrier(
     return resolve.oldest_common_barrier(
         s, spec.sources, candidate=max(firsts), known_common=known_available
     )
+
+
+def _search(s: Session, job: JobState, last_written: int | None) -> tuple[int | None, ...]:
+    """The first barrier after the job's progress: issued (a root job), or WRITTEN in each
+    of its sources, in their order."""
+    spec, dialect = job.spec, s.get_bind().dialect
+    known = last_written is not None
+    params: dict[str, Any] = {"start_after": job.start_after}
+    params.update({"last_written": last_written} if known else {"first_sink": spec.sinks[0]})
+    if spec.is_root:
+        root_next = driver.compiled(("root_next", known), dialect, lambda: _root_next(known=known))
+        [row] = root_next.within(s, params)
+        return tuple(row)
+    sources = len(spec.sources)
+    params.update((f"source_{i}", t) for i, t in enumerate(spec.sources))
+    search = driver.compiled(
+        ("sources_next", sources, known), dialect, lambda: _sources_next(sources, known=known)
+    )
+    [row] = search.within(s, params)
+    return tuple(row)
 
 
 _BARRIER_STARTED = (
@@ -350,9 +361,13 @@ def report_processed(
 ) -> list[TableVersion]:
     job = _current_job(s, job_id, token)
     spec = job.spec
-    params = {"barrier_id": barrier_id, "first_sink": spec.sinks[0]}
-    facts = driver.compiled("issued", s.get_bind().dialect, lambda: _ISSUED_AND_LAST_WRITTEN)
-    [(issued, written)] = facts.within(s, params)
+    ahead = group_io.known_search(s, job_id, None)  # read ahead for a group
+    if ahead is not None and ahead.at == barrier_id:
+        issued, written = ahead.issued, ahead.last_written
+    else:
+        params = {"barrier_id": barrier_id, "first_sink": spec.sinks[0]}
+        facts = driver.compiled("issued", s.get_bind().dialect, lambda: _ISSUED_AND_LAST_WRITTEN)
+        [(issued, written)] = facts.within(s, params)
     if not issued:
         protocol.check_sinks(spec, barrier_id, snapshots)
         raise ProtocolError(job_id, barrier_id, "this barrier has not been issued yet")

@@ -1,0 +1,137 @@
+"""A group's searches for its jobs' next barriers, read in one statement (PostgreSQL).
+
+Every protocol call of a group searches once for its job's next barrier
+(``protocol.expected_barrier``): a look, the look after a WRITTEN report, and a PROCESSED
+report checking its barrier (which also reads whether the barrier was issued and the job's
+newest WRITTEN barrier). Alone, each search is a statement, and each statement a round
+trip on the group's transaction while every other call waits behind it: three or four a
+job a barrier. Here they are read before the calls run, one statement for the group, and
+kept for the calls to answer from (``group_io.known_search``).
+
+A search read ahead answers as the call's own statement would: the group's transaction
+holds its jobs' locks, so no one else writes a job's sinks, and a write of the group
+itself to a table forgets the searches that read it (``group_io.write``). A source written
+by another transaction meanwhile is seen as if the call had been applied at the group's
+start: a look that misses it waits, and is woken by that transaction's announcement.
+
+On SQLite nothing is read ahead: its statements cost no round trip, and each call searches
+alone as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import BigInteger, Integer, String, bindparam, case, func, select, true
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.orm import Session, aliased
+
+from lockstep.barrier.model import VersionState
+from lockstep.meta_tables.store.sql import driver, group_io
+from lockstep.meta_tables.store.sql.rows import JobState
+from lockstep.meta_tables.store.sql.schema import BarrierRow, TableVersionRow
+
+TV = TableVersionRow
+WRITTEN = VersionState.WRITTEN.value
+_COLUMNS = ("i", "source", "first_sink", "last_written", "start_after", "at")
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """A call's search: its job, the job's last WRITTEN barrier when the call will know it
+    (the look after a WRITTEN report), and a PROCESSED report's barrier."""
+
+    job: JobState
+    last_written: int | None = None
+    at: int | None = None
+
+
+def read(s: Session, wanted: Sequence[Wanted]) -> None:
+    """Read the searches ``wanted`` in one statement and keep them for the group's calls."""
+    dialect = s.get_bind().dialect
+    if not wanted or dialect.name != "postgresql":
+        return
+    keyed: dict[tuple[str, int | None], Wanted] = {}
+    for one in wanted:  # a job's look and its PROCESSED report: one search, with the barrier
+        key = (one.job.spec.job_id, one.last_written)
+        if key not in keyed or one.at is not None:
+            keyed[key] = one
+    searches = list(keyed.values())
+    columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
+    for i, one in enumerate(searches):
+        spec = one.job.spec
+        for source in spec.sources or (None,):  # a root job searches the barriers
+            for name, value in zip(
+                _COLUMNS,
+                (i, source, spec.sinks[0], one.last_written, one.job.start_after, one.at),
+                strict=True,
+            ):
+                columns[name].append(value)
+    found: dict[int, list[Any]] = {}
+    statement = driver.compiled(("search_ahead",), dialect, _statement, _COLUMNS)
+    for i, last_written, issued, first in statement.within(s, columns):
+        found.setdefault(i, [last_written, issued]).append(first)
+    group_io.remember_searches(
+        s,
+        {
+            (one.job.spec.job_id, one.last_written): group_io.Searched(
+                read=_read(one),
+                firsts=tuple(found[i][2:]),
+                last_written=found[i][0],
+                at=one.at,
+                issued=bool(found[i][1]),
+            )
+            for i, one in enumerate(searches)
+        },
+    )
+
+
+def _read(one: Wanted) -> frozenset[str]:
+    """The tables a search reads: the job's sources, and its first sink unless it is given
+    its last WRITTEN barrier."""
+    spec = one.job.spec
+    return frozenset((*spec.sources, *(spec.sinks[:1] if one.last_written is None else ())))
+
+
+def _statement() -> Any:
+    """For each row of the unnested lists (a job's source, or one row for a root job): the
+    job's newest WRITTEN barrier (``last_written`` if given, else its first sink's), whether
+    ``at`` was issued, and the first barrier after the job's progress, WRITTEN in the source
+    (a root: issued). One index seek each, as ``protocol._sources_next`` does, in the rows'
+    order."""
+    q = (
+        func.unnest(
+            bindparam("i", type_=ARRAY(Integer)),
+            bindparam("source", type_=ARRAY(String)),
+            bindparam("first_sink", type_=ARRAY(String)),
+            bindparam("last_written", type_=ARRAY(BigInteger)),
+            bindparam("start_after", type_=ARRAY(BigInteger)),
+            bindparam("at", type_=ARRAY(BigInteger)),
+        )
+        .table_valued(*_COLUMNS, with_ordinality="n")
+        .render_derived("q")
+    )
+    written = aliased(TV, name="w")
+    newest = (
+        select(func.max(written.barrier_id))
+        .where(written.table_name == q.c.first_sink, written.state == WRITTEN)
+        .correlate(q)
+        .scalar_subquery()
+    )
+    known = select(func.coalesce(q.c.last_written, newest).label("v")).correlate(q).lateral("lw")
+    after = func.greatest(known.c.v, q.c.start_after)  # PostgreSQL's ignores a NULL
+    in_source = (
+        select(func.min(TV.barrier_id))
+        .where(TV.table_name == q.c.source, TV.state == WRITTEN, TV.barrier_id > after)
+        .scalar_subquery()
+    )
+    issued_after = (
+        select(func.min(BarrierRow.barrier_id)).where(BarrierRow.barrier_id > after)
+    ).scalar_subquery()
+    issued = select(BarrierRow.barrier_id).where(BarrierRow.barrier_id == q.c.at).exists()
+    first = case((q.c.source.is_(None), issued_after), else_=in_source)
+    return (
+        select(q.c.i, known.c.v, issued, first).select_from(q).join(known, true()).order_by(q.c.n)
+    )
