@@ -12,6 +12,7 @@ the rows it returned or changed.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -146,10 +147,17 @@ def captured(engine: Engine) -> Iterator[dict[str, Sent]]:
 
 def plannable(statement: str) -> bool:
     """Whether the statement reads rows through a plan worth checking (an ``INSERT`` of
-    values reads none, and running it again would only collide with the row it added)."""
+    given rows reads none, and running it again would only collide with the rows it added:
+    its values, or a group's rows unnested, ``driver.unnested_rows``)."""
     head = " ".join(statement.upper().split())
     inserts_values = head.startswith("INSERT ") and " VALUES " in head and "SELECT" not in head
-    return not (head.startswith(_UNPLANNED) or inserts_values or "PG_NOTIFY" in head)
+    inserts_given = head.startswith("INSERT ") and _GIVEN_ROWS.search(head) is not None
+    return not (
+        head.startswith(_UNPLANNED) or inserts_values or inserts_given or "PG_NOTIFY" in head
+    )
+
+
+_GIVEN_ROWS = re.compile(r"\) SELECT (V\.\w+, )*V\.\w+ FROM UNNEST\(")
 
 
 def explain(engine: Engine, statement: str, parameters: Any) -> dict[str, Any]:

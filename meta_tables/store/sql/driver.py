@@ -14,7 +14,10 @@ PostgreSQL (``= ANY``). So the compiled text stays the same whatever the list's 
 
 :meth:`Statement.run` reads on a pooled connection of its own; :meth:`Statement.within`
 reads inside a session's transaction, on its connection, and :meth:`Statement.write` writes
-there (one row, or many in one ``executemany``). A parameter is converted as its column's
+there: one row, or many. Many rows are one ``executemany`` (psycopg pipelines them: one
+round trip, but one execution a row), or on PostgreSQL, for a statement with a set form
+(``many``: the same change written over :func:`unnested_rows`), one execution of that
+form with a list per column. A parameter is converted as its column's
 SQLAlchemy type would (a datetime to ``UtcMicros``); a read returns the driver's values: a
 column with a type that converts is the caller's to convert.
 """
@@ -23,19 +26,30 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, String, any_, bindparam, func, literal_column, select
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    String,
+    any_,
+    bindparam,
+    func,
+    literal_column,
+    select,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import InstrumentedAttribute, Session
 from sqlalchemy.pool import PoolProxiedConnection
-from sqlalchemy.sql import ClauseElement, Select
+from sqlalchemy.sql import ClauseElement, FromClause, Select
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.selectable import TableValuedAlias
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from lockstep.errors import StoreError
 from lockstep.meta_tables.store.sql.engine import no_free_connection
@@ -64,9 +78,19 @@ class Statement:
     lists: frozenset[str]  # the parameters that take a list (:func:`in_list`)
     json_lists: bool  # SQLite: a list is passed as JSON text
     converts: Mapping[str, Callable[[Any], Any]]  # parameters whose type converts them
+    many: Statement | None = None  # PostgreSQL: the set form, for several rows at once
 
     @classmethod
-    def compile(cls, statement: ClauseElement, dialect: Dialect, lists: Sequence[str]) -> Statement:
+    def compile(
+        cls,
+        statement: ClauseElement,
+        dialect: Dialect,
+        lists: Sequence[str],
+        many: ClauseElement | None = None,
+    ) -> Statement:
+        set_form = None
+        if many is not None and dialect.name == "postgresql":
+            set_form = cls.compile(many, dialect, _array_parameters(many, dialect))
         compiled = statement.compile(dialect=dialect)
         assert isinstance(compiled, SQLCompiler)  # a statement's (DDL's is not)
         positional = compiled.positiontup if dialect.positional else None
@@ -83,6 +107,7 @@ class Statement:
             lists=frozenset(lists),
             json_lists=dialect.name == "sqlite",
             converts=converts,
+            many=set_form,
         )
 
     def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
@@ -132,9 +157,12 @@ class Statement:
 
     def write(self, s: Session, rows: Sequence[Mapping[str, Any]]) -> None:
         """Run the statement (an ``INSERT``, ``UPDATE``...) in ``s``'s transaction once per
-        row of values: one ``executemany`` for several (psycopg pipelines them: one round
-        trip). Heard, and failing, as :meth:`within`."""
+        row of values: for several, one execution of the set form if there is one, else
+        one ``executemany``. Heard, and failing, as :meth:`within`."""
         if not rows:
+            return
+        if self.many is not None and len(rows) > 1:  # each parameter's values, converted
+            self.many.write(s, [{name: self._listed(name, rows) for name in self.many.lists}])
             return
         if len(rows) == 1:
             parameters = self.parameters(rows[0])
@@ -144,6 +172,38 @@ class Statement:
         listed = [self.parameters(row) for row in rows]
         with _cursor(s, self.sql, listed, many=True) as cursor:
             cursor.executemany(self.sql, listed)
+
+    def _listed(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
+        convert = self.converts.get(name)
+        values = [row.get(name, self.defaults.get(name)) for row in rows]
+        return values if convert is None else [convert(value) for value in values]
+
+
+def unnested_rows(**columns: TypeEngine[Any]) -> TableValuedAlias:
+    """Rows given as one list per column, each bound to the parameter of its name
+    (PostgreSQL): ``unnest(:a, :b, ...) AS v(a, b, ...)``, what a statement's set form
+    (:meth:`Statement.compile`'s ``many``) reads its rows from. A column's type is what the
+    driver is given: a :class:`~sqlalchemy.types.TypeDecorator`'s stored type."""
+    arrays = (bindparam(name, type_=ARRAY(_stored(kind))) for name, kind in columns.items())
+    return func.unnest(*arrays).table_valued(*columns).render_derived("v")
+
+
+def table_rows(table: FromClause, leave_out: Collection[str] = ()) -> Select[Any]:
+    """Rows of ``table``'s columns (but ``leave_out``), each column given as one list
+    (:func:`unnested_rows`): what the set form of an insert of rows selects."""
+    given = unnested_rows(**{c.key: c.type for c in table.c if c.key not in leave_out})
+    return select(*given.c)
+
+
+def _stored(kind: TypeEngine[Any]) -> TypeEngine[Any]:
+    return kind.impl_instance if isinstance(kind, TypeDecorator) else kind
+
+
+def _array_parameters(statement: ClauseElement, dialect: Dialect) -> list[str]:
+    """The parameters of a set form: the lists its :func:`unnested_rows` reads."""
+    compiled = statement.compile(dialect=dialect)
+    assert isinstance(compiled, SQLCompiler)
+    return [name for name, bind in compiled.binds.items() if isinstance(bind.type, ARRAY)]
 
 
 @contextlib.contextmanager
@@ -179,11 +239,15 @@ def compiled(
     dialect: Dialect,
     build: Callable[[], ClauseElement],
     lists: Sequence[str] = (),
+    many: Callable[[], ClauseElement] | None = None,
 ) -> Statement:
-    """The statement ``build`` makes, compiled for ``dialect`` once (``key`` names it)."""
+    """The statement ``build`` makes, compiled for ``dialect`` once (``key`` names it);
+    ``many``: its set form, for several rows (PostgreSQL)."""
     found = _COMPILED.get((dialect.name, key))
     if found is None:
-        found = _COMPILED[dialect.name, key] = Statement.compile(build(), dialect, lists)
+        set_form = many() if many is not None and dialect.name == "postgresql" else None
+        found = Statement.compile(build(), dialect, lists, set_form)
+        _COMPILED[dialect.name, key] = found
     return found
 
 

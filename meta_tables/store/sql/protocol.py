@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -56,6 +56,7 @@ from lockstep.meta_tables.store.sql.rows import (
 )
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
+    Base,
     InputCutRow,
     JobBarrierRow,
     JobInstanceRow,
@@ -329,6 +330,9 @@ _ISSUED_AND_LAST_WRITTEN = select(
     select(BarrierRow.barrier_id).where(BarrierRow.barrier_id == bindparam("barrier_id")).exists(),
     _LAST_WRITTEN,
 )
+# A report's writes. A group's inserts are one statement each (their set forms,
+# ``_inserted``); its updates stay one execution a row, each a seek by key: given the rows
+# to join (``UPDATE ... FROM unnest(...)``), the planner scanned the whole table
 _INSERT_VERSIONS = insert(TableVersionRow)
 _INSERT_PENDING = (
     insert(PendingCommitRow)
@@ -349,6 +353,11 @@ _COMMIT_PENDING = (
     )
     .values(state=CommitState.COMMITTED.value, updated_at=bindparam("now"))
 )
+
+
+def _inserted(entity: type[Base], leave_out: Collection[str] = ()) -> ClauseElement:
+    rows = driver.table_rows(entity.__table__, leave_out)
+    return insert(entity).from_select(list(rows.selected_columns.keys()), rows)
 
 
 def report_processed(
@@ -395,6 +404,7 @@ def report_processed(
         s,
         "insert_versions",
         _INSERT_VERSIONS,
+        lambda: _inserted(TableVersionRow),
         [
             {
                 "table_name": table,
@@ -415,6 +425,7 @@ def report_processed(
         s,
         "insert_pending",
         _INSERT_PENDING,
+        lambda: _inserted(PendingCommitRow, leave_out={"commit_id"}),
         [
             {
                 "job_id": job_id,
@@ -442,6 +453,7 @@ def _write(
     s: Session,
     key: str,
     statement: ClauseElement,
+    many: Callable[[], ClauseElement] | None,
     rows: Sequence[Mapping[str, Any]],
     *,
     sinks: Sequence[str],
@@ -449,8 +461,9 @@ def _write(
 ) -> None:
     """A report's write of rows of its ``sinks`` (``versions``: their versions), on the
     driver's cursor: SQLAlchemy's execution of a statement costs more than the statement
-    (docs/benchmarks.md, Platform). Within a group, held to its end (``group_io``)."""
-    compiled = driver.compiled(key, s.get_bind().dialect, lambda: statement)
+    (docs/benchmarks.md, Platform). Within a group, held to its end (``group_io``), and
+    then written in one statement (``many``, its set form, on PostgreSQL)."""
+    compiled = driver.compiled(key, s.get_bind().dialect, lambda: statement, many=many)
     group_io.write(s, compiled, rows, tables=sinks, versions=versions)
 
 
@@ -474,13 +487,22 @@ def report_written(
         s,
         "publish_version",
         _PUBLISH_VERSION,
+        None,
         [{"table": t, "at": barrier_id, "snapshot": published[t], "now": now} for t in spec.sinks],
         sinks=spec.sinks,
         versions=True,
     )
     heads.refresh(s, spec.sinks)
     commit = [{"job": job_id, "at": barrier_id, "now": now}]
-    _write(s, "commit_pending", _COMMIT_PENDING, commit, sinks=spec.sinks, versions=False)
+    _write(
+        s,
+        "commit_pending",
+        _COMMIT_PENDING,
+        None,
+        commit,
+        sinks=spec.sinks,
+        versions=False,
+    )
     record_progress(s, job_id, barrier_id, token, written=now)
     written = [
         dataclasses.replace(

@@ -439,10 +439,13 @@ def _progress_upsert(dialect: Dialect) -> driver.Statement:
     the same on SQLite and PostgreSQL, but each dialect builds its own (the store supports
     only these two: see engine.py)."""
 
-    def build() -> ClauseElement:
+    def build(*, many: bool = False) -> ClauseElement:
         insert = (postgresql.insert if dialect.name == "postgresql" else sqlite.insert)(
             JobBarrierRow
         )
+        if many:  # the set form: a group's rows, one list per column (PostgreSQL)
+            given = driver.table_rows(JobBarrierRow.__table__)
+            insert = insert.from_select(list(given.selected_columns.keys()), given)
         new = insert.excluded
         return insert.on_conflict_do_update(
             index_elements=[JobBarrierRow.job_id, JobBarrierRow.barrier_id],
@@ -454,4 +457,4 @@ def _progress_upsert(dialect: Dialect) -> driver.Statement:
             },
         )
 
-    return driver.compiled("progress_upsert", dialect, build)
+    return driver.compiled("progress_upsert", dialect, build, many=lambda: build(many=True))
