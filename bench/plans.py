@@ -9,9 +9,14 @@ plan read from tables and indexes beside the rows it returned or changed. A stat
 for each job that reads many rows per row it returns is a planner trap: it grows with the
 number of jobs (``tests/test_postgres_plans.py`` fails on one at 500 jobs).
 
+With ``--group N`` the calls are applied in groups of N, as the service's group commit
+applies them (``apply_calls``: reads ahead, writes held and sent together), each step of a
+layer's jobs together: what a barrier costs the store through the service.
+
 The baseline, measured in the same run: ``SELECT 1`` on the same connection pool.
 
     .venv/bin/python bench/plans.py --jobs 1000
+    .venv/bin/python bench/plans.py --jobs 1000 --group 20
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=3, help="barriers before the one captured")
     parser.add_argument("--width", type=int, default=110, help="characters of each statement")
     parser.add_argument("--quick", action="store_true", help="100 jobs, one warm barrier")
+    parser.add_argument(
+        "--group", type=int, default=None, help="calls applied together (the service's groups)"
+    )
     args = parser.parse_args()
     jobs, warm = (100, 1) if args.quick else (args.jobs, args.warm)
     _tests_helpers()
@@ -55,13 +63,15 @@ def main() -> None:
                     analyze(store.engine)
                 with captured(store.engine) as sent:
                     started = time.perf_counter()
-                    run_barrier(store, specs, tokens)
+                    run_barrier(store, specs, tokens, group=args.group)
                     seconds = time.perf_counter() - started
                 checked = check_plans(store.engine, sent)
                 runs = sum(len(s.runs) for s in sent.values())
+                calls = "one call at a time" if args.group is None else f"groups of {args.group}"
                 print(
                     f"\nstatistics: {statistics}; one barrier through {jobs:,} jobs in one "
-                    f"process: {seconds:.2f} s, {runs:,} statements ({runs / jobs:.1f} a job); "
+                    f"process, {calls}: "
+                    f"{seconds:.2f} s, {runs:,} statements ({runs / jobs:.1f} a job); "
                     f"baseline SELECT 1: {floor_ms:.3f} ms"
                 )
                 rows = [

@@ -30,16 +30,7 @@ from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Engine,
-    String,
-    any_,
-    bindparam,
-    func,
-    literal_column,
-    select,
-)
+from sqlalchemy import ColumnElement, Engine, String, any_, bindparam, func, literal_column, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
@@ -245,9 +236,8 @@ def compiled(
     ``many``: its set form, for several rows (PostgreSQL)."""
     found = _COMPILED.get((dialect.name, key))
     if found is None:
-        set_form = many() if many is not None and dialect.name == "postgresql" else None
-        found = Statement.compile(build(), dialect, lists, set_form)
-        _COMPILED[dialect.name, key] = found
+        set_form = None if many is None else many()
+        found = _COMPILED[dialect.name, key] = Statement.compile(build(), dialect, lists, set_form)
     return found
 
 
