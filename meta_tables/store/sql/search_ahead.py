@@ -59,29 +59,28 @@ def read(s: Session, wanted: Sequence[Wanted]) -> None:
         if key not in keyed or one.at is not None:
             keyed[key] = one
     searches = list(keyed.values())
-    columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
-    for i, one in enumerate(searches):
-        spec = one.job.spec
-        for source in spec.sources or (None,):  # a root job searches the barriers
-            for name, value in zip(
-                _COLUMNS,
-                (i, source, spec.sinks[0], one.last_written, one.job.start_after, one.at),
-                strict=True,
-            ):
-                columns[name].append(value)
-    found: dict[int, list[Any]] = {}
+    rows = [
+        (i, source, one.job.spec.sinks[0], one.last_written, one.job.start_after, one.at)
+        for i, one in enumerate(searches)
+        for source in one.job.spec.sources or (None,)  # a root job searches the barriers
+    ]
+    transposed = zip(*rows, strict=True)  # each column's values, in the rows' order
+    columns = {name: list(values) for name, values in zip(_COLUMNS, transposed, strict=True)}
     statement = driver.compiled(("search_ahead",), dialect, _statement, _COLUMNS)
+    facts: dict[int, tuple[int | None, bool]] = {}  # newest WRITTEN barrier, issued
+    firsts: dict[int, list[int | None]] = {}  # in the sources' order
     for i, last_written, issued, first in statement.within(s, columns):
-        found.setdefault(i, [last_written, issued]).append(first)
+        facts[i] = (last_written, bool(issued))
+        firsts.setdefault(i, []).append(first)
     group_io.remember_searches(
         s,
         {
             (one.job.spec.job_id, one.last_written): group_io.Searched(
                 read=_read(one),
-                firsts=tuple(found[i][2:]),
-                last_written=found[i][0],
+                firsts=tuple(firsts[i]),
+                last_written=facts[i][0],
                 at=one.at,
-                issued=bool(found[i][1]),
+                issued=facts[i][1],
             )
             for i, one in enumerate(searches)
         },
