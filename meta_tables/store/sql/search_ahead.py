@@ -12,7 +12,9 @@ A search read ahead answers as the call's own statement would: the group's trans
 holds its jobs' locks, so no one else writes a job's sinks, and a write of the group
 itself to a table forgets the searches that read it (``group_io.write``). A source written
 by another transaction meanwhile is seen as if the call had been applied at the group's
-start: a look that misses it waits, and is woken by that transaction's announcement.
+start: a look that misses it waits, and is woken by that transaction's announcement (the
+service takes a job's mark of announcements before its call joins a group,
+``wakeup.BarrierWaits.mark``, so one that lands after the read makes the wait look again).
 
 On SQLite nothing is read ahead: its statements cost no round trip, and each call searches
 alone as before.
