@@ -16,10 +16,12 @@ done for the whole group, without changing any call's answer:
   searches that read that table (a source, or the sink whose newest WRITTEN barrier
   was read), so a search after it goes to the store.
 - **Writes held.** A report's inserts and updates (:func:`write`) are held, and sent at
-  the group's end: one ``executemany`` per statement, which psycopg pipelines (one round
-  trip for the group's rows, not one per row). Each step of the protocol that reads a
-  job's tables sends first the held writes that touch them (:func:`before_reading`), so
-  each call still sees what the calls before it, and its own earlier step, wrote. The
+  the group's end: one statement per insert on PostgreSQL (its set form over the rows,
+  ``driver.Statement.write``), else one ``executemany`` per statement, which psycopg
+  pipelines (one round trip for the group's rows, not one per row). Each step of the
+  protocol that reads a job's tables sends first the held writes that touch them
+  (:func:`before_reading`), so each call still sees what the calls before it, and its own
+  earlier step, wrote. The
   calls of a group touch each other's tables only along the topology (a source's WRITTEN
   report, then its reader's look, in one group), and a WRITTEN report's next look reads
   its own sinks, so a group's PROCESSED reports send their writes once.
