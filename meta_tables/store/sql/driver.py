@@ -28,22 +28,34 @@ import contextlib
 import json
 from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Engine, String, any_, bindparam, func, literal_column, select
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    Insert,
+    String,
+    any_,
+    bindparam,
+    func,
+    literal_column,
+    select,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import InstrumentedAttribute, Session
 from sqlalchemy.pool import PoolProxiedConnection
-from sqlalchemy.sql import ClauseElement, FromClause, Select
+from sqlalchemy.sql import ClauseElement, Select
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.selectable import TableValuedAlias
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from lockstep.errors import StoreError
 from lockstep.meta_tables.store.sql.engine import no_free_connection
+
+InsertT = TypeVar("InsertT", bound=Insert)
 
 
 def in_list(
@@ -179,11 +191,12 @@ def unnested_rows(**columns: TypeEngine[Any]) -> TableValuedAlias:
     return func.unnest(*arrays).table_valued(*columns).render_derived("v")
 
 
-def table_rows(table: FromClause, leave_out: Collection[str] = ()) -> Select[Any]:
-    """Rows of ``table``'s columns (but ``leave_out``), each column given as one list
-    (:func:`unnested_rows`): what the set form of an insert of rows selects."""
+def from_rows(insert: InsertT, leave_out: Collection[str] = ()) -> InsertT:
+    """``insert`` (of one table's rows) as its set form: ``INSERT ... SELECT`` of the
+    table's columns (but ``leave_out``), each given as one list (:func:`unnested_rows`)."""
+    table = insert.table
     given = unnested_rows(**{c.key: c.type for c in table.c if c.key not in leave_out})
-    return select(*given.c)
+    return insert.from_select(list(given.c.keys()), select(*given.c))
 
 
 def _stored(kind: TypeEngine[Any]) -> TypeEngine[Any]:

@@ -21,10 +21,10 @@ done for the whole group, without changing any call's answer:
   pipelines (one round trip for the group's rows, not one per row). Each step of the
   protocol that reads a job's tables sends first the held writes that touch them
   (:func:`before_reading`), so each call still sees what the calls before it, and its own
-  earlier step, wrote. The
-  calls of a group touch each other's tables only along the topology (a source's WRITTEN
-  report, then its reader's look, in one group), and a WRITTEN report's next look reads
-  its own sinks, so a group's PROCESSED reports send their writes once.
+  earlier step, wrote. The calls of a group touch each other's tables only along the
+  topology (a source's WRITTEN report, then its reader's look, in one group), and a
+  WRITTEN report's next look reads its own sinks, so a group's PROCESSED reports send
+  their writes once.
 
 A refused call rolls the group's transaction back: what was held is dropped with it.
 """

@@ -56,7 +56,6 @@ from lockstep.meta_tables.store.sql.rows import (
 )
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
-    Base,
     InputCutRow,
     JobBarrierRow,
     JobInstanceRow,
@@ -331,7 +330,7 @@ _ISSUED_AND_LAST_WRITTEN = select(
     _LAST_WRITTEN,
 )
 # A report's writes. A group's inserts are one statement each (their set forms,
-# ``_inserted``); its updates stay one execution a row, each a seek by key: given the rows
+# ``driver.from_rows``); its updates stay one execution a row, each a seek by key: given the rows
 # to join (``UPDATE ... FROM unnest(...)``), the planner scanned the whole table
 _INSERT_VERSIONS = insert(TableVersionRow)
 _INSERT_PENDING = (
@@ -353,11 +352,6 @@ _COMMIT_PENDING = (
     )
     .values(state=CommitState.COMMITTED.value, updated_at=bindparam("now"))
 )
-
-
-def _inserted(entity: type[Base], leave_out: Collection[str] = ()) -> ClauseElement:
-    rows = driver.table_rows(entity.__table__, leave_out)
-    return insert(entity).from_select(list(rows.selected_columns.keys()), rows)
 
 
 def report_processed(
@@ -404,7 +398,6 @@ def report_processed(
         s,
         "insert_versions",
         _INSERT_VERSIONS,
-        lambda: _inserted(TableVersionRow),
         [
             {
                 "table_name": table,
@@ -419,13 +412,13 @@ def report_processed(
         ],
         sinks=spec.sinks,
         versions=True,
+        many=lambda: driver.from_rows(insert(TableVersionRow)),
     )
     heads.refresh(s, spec.sinks)
     _write(
         s,
         "insert_pending",
         _INSERT_PENDING,
-        lambda: _inserted(PendingCommitRow, leave_out={"commit_id"}),
         [
             {
                 "job_id": job_id,
@@ -441,6 +434,7 @@ def report_processed(
         ],
         sinks=spec.sinks,
         versions=False,
+        many=lambda: driver.from_rows(insert(PendingCommitRow), leave_out={"commit_id"}),
     )
     record_progress(s, job_id, barrier_id, token, started=now, processed=now)
     return [
@@ -453,11 +447,11 @@ def _write(
     s: Session,
     key: str,
     statement: ClauseElement,
-    many: Callable[[], ClauseElement] | None,
     rows: Sequence[Mapping[str, Any]],
     *,
     sinks: Sequence[str],
     versions: bool,
+    many: Callable[[], ClauseElement] | None = None,
 ) -> None:
     """A report's write of rows of its ``sinks`` (``versions``: their versions), on the
     driver's cursor: SQLAlchemy's execution of a statement costs more than the statement
@@ -487,22 +481,13 @@ def report_written(
         s,
         "publish_version",
         _PUBLISH_VERSION,
-        None,
         [{"table": t, "at": barrier_id, "snapshot": published[t], "now": now} for t in spec.sinks],
         sinks=spec.sinks,
         versions=True,
     )
     heads.refresh(s, spec.sinks)
     commit = [{"job": job_id, "at": barrier_id, "now": now}]
-    _write(
-        s,
-        "commit_pending",
-        _COMMIT_PENDING,
-        None,
-        commit,
-        sinks=spec.sinks,
-        versions=False,
-    )
+    _write(s, "commit_pending", _COMMIT_PENDING, commit, sinks=spec.sinks, versions=False)
     record_progress(s, job_id, barrier_id, token, written=now)
     written = [
         dataclasses.replace(

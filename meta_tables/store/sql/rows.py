@@ -444,8 +444,7 @@ def _progress_upsert(dialect: Dialect) -> driver.Statement:
             JobBarrierRow
         )
         if many:  # the set form: a group's rows, one list per column (PostgreSQL)
-            given = driver.table_rows(JobBarrierRow.__table__)
-            insert = insert.from_select(list(given.selected_columns.keys()), given)
+            insert = driver.from_rows(insert)
         new = insert.excluded
         return insert.on_conflict_do_update(
             index_elements=[JobBarrierRow.job_id, JobBarrierRow.barrier_id],
