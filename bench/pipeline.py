@@ -58,6 +58,7 @@ TARGET_INTERVALS = 2.0  # leaf E2E delay under this many barrier intervals
 # C1 alone the code cache is 48 MB, which this pipeline fills in about two minutes, after
 # which the JVM stops compiling and everything new runs interpreted
 JVM_OPTIONS = ("-Dderby.system.home=/tmp", *LOCAL_JVM_OPTIONS, "-XX:ReservedCodeCacheSize=256m")
+WARMUP_INTERVAL_S = 1.0  # the warm-up's barriers: short, but an interval must be positive
 BUSY_SHARE = 0.1  # other processes took more of the CPU than this: say the figures suffer
 
 
@@ -168,10 +169,9 @@ def warm_up(spark: SparkSession, workdir: Path, barriers: int, progress: Progres
     and Spark's caches then favour neither measured run."""
     progress(f"warm-up: {barriers} barrier(s) of each path (untimed)")
     with open_home(workdir / "lockstep", "bench_warmup_ls") as ls:
-        LockstepPipeline(ls, spark, deep.JOBS, poll_s=0.05).run(barriers, 0.0)
-    PlainChain(spark, IcebergTables.hadoop("bench_warmup_plain", workdir / "plain"), deep.JOBS).run(
-        barriers, 0.0
-    )
+        LockstepPipeline(ls, spark, deep.JOBS, poll_s=0.05).run(barriers, WARMUP_INTERVAL_S)
+    plain = IcebergTables.hadoop("bench_warmup_plain", workdir / "plain")
+    PlainChain(spark, plain, deep.JOBS).run(barriers, WARMUP_INTERVAL_S)
 
 
 def run_plain(
