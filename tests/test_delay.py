@@ -161,7 +161,9 @@ def test_the_report_is_the_same_through_the_http_service(
     from lockstep.remote import RemoteMetadataStore
     from lockstep.service.app import create_app
 
-    remote = RemoteMetadataStore("http://testserver", client=TestClient(create_app(sqlite_store)))
+    remote = RemoteMetadataStore(
+        "http://localhost", client=TestClient(create_app(sqlite_store), base_url="http://localhost")
+    )
     try:
         assert delay_report(remote, "report") == delay_report(diamond.store, "report")
     finally:

@@ -19,7 +19,7 @@ from pipelines import register
 from service_fixtures import ADMIN_TOKEN, READ_TOKEN, running
 
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
-from lockstep.service.auth import Role
+from lockstep.service.auth import Grant, Role
 
 pytest.importorskip("fastapi")
 from fastapi import Response
@@ -29,7 +29,7 @@ from lockstep.service.deps import Admin
 from lockstep.service.fast_path import FastRoute
 from lockstep.service.requests import TokenIn
 
-TOKENS = {ADMIN_TOKEN: Role.ADMIN, READ_TOKEN: Role.READ}
+TOKENS = {ADMIN_TOKEN: Grant(Role.ADMIN), READ_TOKEN: Grant(Role.READ)}
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 READER = {"Authorization": f"Bearer {READ_TOKEN}"}
 JOB = "/v1/jobs/load_shopping"

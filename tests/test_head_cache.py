@@ -378,8 +378,8 @@ def test_the_service_answers_from_memory_only_a_caller_that_says_what_it_saw(
     from lockstep.service.app import create_app
 
     _shopping(pg_store, 1)
-    with TestClient(create_app(pg_store)) as client:
-        remote = RemoteMetadataStore("http://testserver", client=client)
+    with TestClient(create_app(pg_store), base_url="http://localhost") as client:
+        remote = RemoteMetadataStore("http://localhost", client=client)
         body = {"tables": TABLES, "seen": {"shopping": 1}}
         assert client.post("/v1/resolve", json=body).status_code == 200
         bad = client.post("/v1/resolve", json={"tables": TABLES, "seen": {"shopping": -1}})
@@ -444,8 +444,8 @@ def test_a_client_reads_its_own_reports_while_memory_is_behind(
 
     tokens = _shopping(pg_store, 1)
     app = create_app(pg_store)
-    with TestClient(app) as client:
-        remote = RemoteMetadataStore("http://testserver", client=client)
+    with TestClient(app, base_url="http://localhost") as client:
+        remote = RemoteMetadataStore("http://localhost", client=client)
         reads: LoopReads = app.state.loop_reads
         assert remote.resolve(TABLES).barrier_id == 1
         client.portal.call(reads.caught_up)  # type: ignore[union-attr]
@@ -464,9 +464,9 @@ def test_a_client_reads_its_own_reports_while_memory_is_behind(
             remote.report_written(job, token, 2)
         assert reads.memory.answer(TABLES, {}) is not None  # memory is behind...
         assert remote.resolve(TABLES).barrier_id == 2  # ...and the client is not answered from it
-        other = RemoteMetadataStore("http://testserver", client=client)
+        other = RemoteMetadataStore("http://localhost", client=client)
         assert other.resolve(TABLES).barrier_id == 1  # a client that saw nothing: memory
-        strict = RemoteMetadataStore("http://testserver", client=client, strict_reads=True)
+        strict = RemoteMetadataStore("http://localhost", client=client, strict_reads=True)
         assert strict.resolve(TABLES).barrier_id == 2  # the database answers it
         for store in (remote, other, strict):
             store.close()

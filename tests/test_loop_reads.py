@@ -42,8 +42,8 @@ class TestResolveThroughTheServiceOnPostgres(ResolveContract):
 
     @pytest.fixture
     def store(self, pg_store: SqlMetadataStore) -> Iterator[MetadataStore]:
-        with TestClient(create_app(pg_store)) as client:
-            remote = RemoteMetadataStore("http://testserver", client=client)
+        with TestClient(create_app(pg_store), base_url="http://localhost") as client:
+            remote = RemoteMetadataStore("http://localhost", client=client)
             yield remote
             remote.close()
 
@@ -64,7 +64,7 @@ def test_the_service_resolves_on_the_loop_not_through_the_store(
         raise AssertionError("resolved on the thread pool")
 
     monkeypatch.setattr(pg_store, "resolve", on_a_thread)
-    with TestClient(create_app(pg_store)) as client:
+    with TestClient(create_app(pg_store), base_url="http://localhost") as client:
         answer = client.post("/v1/resolve", json={"tables": ["t"]})
     assert answer.status_code == 200, answer.text
     assert answer.json()["versions"]["t"]["barrier_id"] == 1

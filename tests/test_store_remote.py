@@ -42,8 +42,8 @@ class TestRemoteStore(StoreContract, OperationsContract):
 
     @pytest.fixture
     def store(self, sqlite_store: SqlMetadataStore) -> Iterator[MetadataStore]:
-        client = TestClient(create_app(sqlite_store))
-        store = RemoteMetadataStore("http://testserver", client=client)
+        client = TestClient(create_app(sqlite_store), base_url="http://localhost")
+        store = RemoteMetadataStore("http://localhost", client=client)
         yield store
         store.close()
 
@@ -132,9 +132,9 @@ def test_bad_requests_get_4xx_not_5xx(served: tuple[str, dict[str, str]]) -> Non
 
 def test_a_long_batch_goes_in_calls_of_jobs_per_call(sqlite_store: SqlMetadataStore) -> None:
     calls: list[int] = []
-    client = TestClient(create_app(sqlite_store))
+    client = TestClient(create_app(sqlite_store), base_url="http://localhost")
     client.event_hooks["request"].append(lambda r: calls.append(len(r.content)))
-    store = RemoteMetadataStore("http://testserver", client=client)
+    store = RemoteMetadataStore("http://localhost", client=client)
     chain = [JobSpec("j0", sinks=("t0",))] + [
         JobSpec(f"j{i}", sources=(f"t{i - 1}",), sinks=(f"t{i}",)) for i in range(1, 1_201)
     ]

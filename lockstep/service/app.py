@@ -14,6 +14,7 @@ waits for a thread.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -43,8 +44,8 @@ from lockstep.meta_tables.store.sql.schema import to_micros
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import Lease, SnapshotSet
 from lockstep.service.answers import answer, http_refusal, invalid_request, refusal
-from lockstep.service.auth import Role
-from lockstep.service.deps import Admin, Caller, Reader
+from lockstep.service.auth import Access, Grant, Role, grants
+from lockstep.service.deps import Admin, Caller, Reader, refused
 from lockstep.service.fast_path import FastPath, FastRoutes
 from lockstep.service.guard import DEFAULT_MAX_BODY_BYTES, Guard
 from lockstep.service.iceberg.config import IcebergSettings
@@ -78,7 +79,7 @@ DEFAULT_THREADS = 4  # store calls running at once per process (AnyIO's default 
 def create_app(
     store: MetadataStore,
     *,
-    tokens: dict[str, Role] | None = None,
+    tokens: Mapping[str, Grant | Role] | None = None,
     sql_timeout_s: float = 10.0,
     sql_max_rows: int = 10_000,
     sql_concurrency: int = 4,
@@ -90,9 +91,11 @@ def create_app(
     metrics_token: str | None = None,
     threads: int = DEFAULT_THREADS,
     fast_path: bool = True,
+    allowed_hosts: Iterable[str] = (),
 ) -> FastAPI:
     """The service app over ``store``; ``tokens`` None disables authentication (and then
-    only same-origin requests are accepted, see ``guard.py``). ``catalog`` is the Iceberg
+    only requests for a loopback host or one of ``allowed_hosts`` are accepted, see
+    ``guard.py``). ``catalog`` is the Iceberg
     catalog the service tells its clients about (the ``[catalog]`` table); ``iceberg``, if
     given, the Iceberg REST catalog it serves under ``/iceberg`` (``iceberg/mount.py``).
 
@@ -106,6 +109,7 @@ def create_app(
     ``fast_path.py`` rather than by FastAPI's routing (the same endpoints and answers, for
     less CPU a request); False leaves every route to FastAPI."""
     app = FastAPI(title="Lockstep coordinator", version="1")
+    tokens = grants(tokens)
 
     async def _size_thread_pool() -> None:
         anyio.to_thread.current_default_thread_limiter().total_tokens = threads
@@ -114,7 +118,8 @@ def create_app(
     fast = FastRoutes()
     if fast_path:  # innermost: after the front door and the request metrics
         app.add_middleware(FastPath, routes=fast)
-    app.add_middleware(Guard, tokens=tokens, max_body_bytes=max_body_bytes)
+    hosts = frozenset(allowed_hosts)
+    app.add_middleware(Guard, tokens=tokens, max_body_bytes=max_body_bytes, allowed_hosts=hosts)
 
     @app.exception_handler(RequestValidationError)
     def _invalid_request(_request: Request, error: RequestValidationError) -> JSONResponse:
@@ -142,7 +147,9 @@ def create_app(
     pool = SqlPool(sql_concurrency, sql_queue)
     _add_meta_tables(app, store, pool, sql_timeout_s=sql_timeout_s, sql_max_rows=sql_max_rows)
     if iceberg is not None:
-        mount_iceberg(app, store, iceberg, tokens=tokens, max_body_bytes=max_body_bytes)
+        mount_iceberg(
+            app, store, iceberg, tokens=tokens, max_body_bytes=max_body_bytes, allowed_hosts=hosts
+        )
     return app
 
 
@@ -197,8 +204,24 @@ def _add_topology(app: FastAPI, store: MetadataStore) -> None:
     """Registering and listing jobs and tables."""
 
     @app.post("/v1/jobs")
-    def register_job(body: JobIn, _: Admin) -> Any:
-        return wire.dump(store.register_job(_spec(body)), JobSpec)
+    def register_job(body: JobIn, caller: Reader) -> Any:
+        """Register a job (admin). A job token may send its own job's registration too, as
+        the runtime does at every start, if it changes nothing (an admin registers and
+        changes jobs: ``lockstep job apply``)."""
+        spec = _spec(body)
+        if caller.is_admin:
+            return wire.dump(store.register_job(spec), JobSpec)
+        if not caller.may_act_for(spec.job_id):
+            raise refused(caller.grant, Access.ADMIN, None)
+        registered = next((j for j in store.topology().jobs if j.job_id == spec.job_id), None)
+        if registered != spec:
+            raise PermissionDeniedError(
+                f"job {spec.job_id!r} is "
+                + ("not registered" if registered is None else "registered differently")
+                + ": a job token may not register or change jobs; an admin does "
+                "(lockstep job apply JOBS_FILE)"
+            )
+        return wire.dump(registered, JobSpec)
 
     @app.post("/v1/job-batches")
     def register_jobs(body: JobsIn, _: Admin) -> Any:

@@ -1,5 +1,7 @@
-"""Who may call what: bearer tokens with two roles, as FastAPI dependencies (``Admin``,
-``Reader``) that every endpoint declares. Each resolves to the :class:`Caller`."""
+"""Who may call what, as FastAPI dependencies that every endpoint declares: ``Reader``,
+``JobActor`` (a job's own protocol calls: the path's ``job_id``), ``TableWriter`` (the
+catalog's changes) and ``Admin``. Each resolves to the :class:`Caller`; the rules behind
+them are ``auth.ALLOWED``."""
 
 from __future__ import annotations
 
@@ -10,21 +12,31 @@ from typing import Annotated
 from fastapi import Depends, Header, Query, Request
 
 from lockstep.errors import AuthenticationError, PermissionDeniedError
-from lockstep.service.auth import Role, role_of
+from lockstep.service.auth import Access, Grant, Role, Tokens, grant_of
 
 LOCAL_CALLER = "local"  # every caller, when the service runs without a token file
 
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is calling: a role, and an id that names the token without revealing it."""
+    """Who is calling: a grant, and an id that names the token without revealing it."""
 
-    role: Role
+    grant: Grant
     id: str
 
     @property
+    def role(self) -> Role:
+        return self.grant.role
+
+    @property
     def is_admin(self) -> bool:
-        return self.role is Role.ADMIN
+        return self.grant.role is Role.ADMIN
+
+    def may_act_for(self, job_id: str) -> bool:
+        return self.grant.may_act_for(job_id)
+
+
+LOCAL = Caller(Grant(Role.ADMIN), LOCAL_CALLER)
 
 
 def caller_id(token: str) -> str:
@@ -43,26 +55,66 @@ def unknown_token() -> AuthenticationError:
     )
 
 
-def authenticate(tokens: dict[str, Role] | None, authorization: str | None, needed: Role) -> Caller:
+_REFUSALS = {
+    Access.ADMIN: "this token may not change the coordinator: use an admin token",
+    Access.WRITE_TABLES: "this token may read, not change, the catalog's tables: use a job "
+    "token (for its jobs' tables) or an admin token",
+}
+
+
+def refused(caller_grant: Grant, access: Access, job_id: str | None) -> PermissionDeniedError:
+    """Why ``caller_grant`` lacks ``access``, and which token to use instead."""
+    if access is Access.ACT_FOR_JOB:
+        if caller_grant.role is Role.JOB:
+            mine = ", ".join(sorted(caller_grant.jobs))
+            return PermissionDeniedError(
+                f"this job token acts for {mine}, not for job {job_id!r}: use that job's "
+                "token (token file: job JOB,... TOKEN) or an admin token"
+            )
+        return PermissionDeniedError(
+            f"this token may read, not act for job {job_id!r}: use a job token for it "
+            "(token file: job JOB,... TOKEN) or an admin token"
+        )
+    return PermissionDeniedError(_REFUSALS[access])
+
+
+def authenticate(
+    tokens: Tokens | None,
+    authorization: str | None,
+    needed: Access,
+    job_id: str | None = None,
+) -> Caller:
     """The caller presenting ``authorization`` (an ``Authorization`` header's value), if its
-    token has the ``needed`` role; ``tokens`` None: every caller is the local admin."""
+    grant has the ``needed`` access (for ``job_id``); ``tokens`` None: every caller is the
+    local admin."""
     if tokens is None:
-        return Caller(Role.ADMIN, LOCAL_CALLER)
+        return LOCAL
     presented = bearer(authorization)
-    found = role_of(tokens, presented) if presented is not None else None
+    found = grant_of(tokens, presented) if presented is not None else None
     if presented is None or found is None:
         raise unknown_token()
-    if needed is Role.ADMIN and found is not Role.ADMIN:
-        raise PermissionDeniedError(
-            "this token may read, not change, the coordinator: use an admin token"
-        )
+    if not found.allows(needed, job_id):
+        raise refused(found, needed, job_id)
     return Caller(found, caller_id(presented))
 
 
 async def require_admin(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> Caller:
-    return authenticate(request.app.state.tokens, authorization, Role.ADMIN)
+    return authenticate(request.app.state.tokens, authorization, Access.ADMIN)
+
+
+async def require_job_actor(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> Caller:
+    job_id = request.path_params.get("job_id")
+    return authenticate(request.app.state.tokens, authorization, Access.ACT_FOR_JOB, job_id)
+
+
+async def require_table_writer(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> Caller:
+    return authenticate(request.app.state.tokens, authorization, Access.WRITE_TABLES)
 
 
 async def require_read(
@@ -71,7 +123,7 @@ async def require_read(
     token: Annotated[str | None, Query(description="for browsers: the bearer token")] = None,
 ) -> Caller:
     presented = read_authorization(authorization, token)
-    return authenticate(request.app.state.tokens, presented, Role.READ)
+    return authenticate(request.app.state.tokens, presented, Access.READ)
 
 
 def read_authorization(authorization: str | None, token: str | None) -> str | None:
@@ -81,4 +133,6 @@ def read_authorization(authorization: str | None, token: str | None) -> str | No
 
 
 Admin = Annotated[Caller, Depends(require_admin)]
+JobActor = Annotated[Caller, Depends(require_job_actor)]
+TableWriter = Annotated[Caller, Depends(require_table_writer)]
 Reader = Annotated[Caller, Depends(require_read)]

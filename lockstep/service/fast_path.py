@@ -39,15 +39,26 @@ from starlette.routing import compile_path
 
 from lockstep.errors import LockstepError
 from lockstep.service.answers import http_refusal, invalid_request, refusal
-from lockstep.service.auth import Role
-from lockstep.service.deps import Admin, Caller, Reader, authenticate, read_authorization
+from lockstep.service.auth import Access
+from lockstep.service.deps import (
+    Admin,
+    Caller,
+    JobActor,
+    Reader,
+    authenticate,
+    read_authorization,
+)
 from lockstep.service.guard import ASGIApp, Receive, Scope, Send, read_body
 
 Endpoint = Callable[..., Awaitable[Response]]
 E = TypeVar("E", bound=Endpoint)
 
 _BODY = "body"  # the parameter a fast route's body arrives in
-_ROLES: tuple[tuple[Any, Role], ...] = ((Admin, Role.ADMIN), (Reader, Role.READ))
+_ACCESS: tuple[tuple[Any, Access], ...] = (
+    (Admin, Access.ADMIN),
+    (JobActor, Access.ACT_FOR_JOB),
+    (Reader, Access.READ),
+)
 
 
 @dataclass(frozen=True)
@@ -60,44 +71,45 @@ class FastRoute:
     endpoint: Endpoint
     body: type[BaseModel]
     caller: str  # the parameter the authenticated Caller is passed in
-    role: Role
+    access: Access
     query: type[BaseModel] | None  # the query parameters, with their types and defaults
 
     @classmethod
     def of(cls, method: str, path: str, endpoint: Endpoint) -> FastRoute:
         """The route of ``endpoint``: a ``body`` parameter of a pydantic model, one
-        ``Admin`` or ``Reader`` parameter, the path's parameters, and any others read from
-        the query string. Anything else is a mistake in the service, refused at startup."""
+        ``Admin``, ``JobActor`` or ``Reader`` parameter, the path's parameters, and any
+        others read from the query string. Anything else is a mistake in the service,
+        refused at startup."""
         pattern, _, convertors = compile_path(path)
         hints = get_type_hints(endpoint, include_extras=True)
         caller: str | None = None
-        role: Role | None = None
+        access: Access | None = None
         query: dict[str, Any] = {}
         for name, parameter in inspect.signature(endpoint).parameters.items():
             hint = hints[name]
-            matched = next((r for kind, r in _ROLES if hint == kind), None)
+            matched = next((a for kind, a in _ACCESS if hint == kind), None)
             if matched is not None:
-                caller, role = name, matched
+                caller, access = name, matched
             elif name not in convertors and name != _BODY:
                 default = ... if parameter.default is inspect.Parameter.empty else parameter.default
                 query[name] = (hint, default)
         body = hints.get(_BODY)
         if (
             caller is None
-            or role is None
+            or access is None
             or not (isinstance(body, type) and issubclass(body, BaseModel))
         ):
             raise TypeError(
                 f"{endpoint.__name__} cannot take the fast path: it needs a '{_BODY}' "
-                "parameter of a pydantic model and an Admin or Reader parameter"
+                "parameter of a pydantic model and an Admin, JobActor or Reader parameter"
             )
         model = create_model(f"{endpoint.__name__}_query", **query) if query else None
-        return cls(method, pattern, convertors, endpoint, body, caller, role, model)
+        return cls(method, pattern, convertors, endpoint, body, caller, access, model)
 
     async def answer(self, scope: Scope, receive: Receive, path: Mapping[str, Any]) -> Response:
         """What the endpoint answers this request (raises LockstepError to refuse it)."""
         given = dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
-        arguments: dict[str, Any] = {**path, self.caller: self._caller(scope, given)}
+        arguments: dict[str, Any] = {**path, self.caller: self._caller(scope, given, path)}
         problems: list[dict[str, Any]] = []
         if self.query is not None:
             try:
@@ -126,15 +138,17 @@ class FastRoute:
             return [{**p, "loc": (_BODY, *p["loc"])} for p in e.errors()]
         return []
 
-    def _caller(self, scope: Scope, query: Mapping[str, str]) -> Caller:
-        """The caller by the first ``Authorization`` header, as FastAPI's ``Header()`` reads
-        it (a reader's by the ``token`` query parameter when there is none)."""
+    def _caller(self, scope: Scope, query: Mapping[str, str], path: Mapping[str, Any]) -> Caller:
+        """The caller by its ``Authorization`` header (the front door refuses two), as
+        FastAPI's ``Header()`` reads it (a reader's by the ``token`` query parameter when
+        there is none), for the path's job when it acts for one."""
         authorization = next(
             (v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None
         )
-        if self.role is Role.READ:
+        if self.access is Access.READ:
             authorization = read_authorization(authorization, query.get("token"))
-        return authenticate(scope["app"].state.tokens, authorization, self.role)
+        job_id = path.get("job_id") if self.access is Access.ACT_FOR_JOB else None
+        return authenticate(scope["app"].state.tokens, authorization, self.access, job_id)
 
 
 class FastRoutes:

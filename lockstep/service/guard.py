@@ -8,15 +8,20 @@ An ASGI middleware, so nothing here waits for FastAPI to read and parse a body:
 - a body over ``max_body_bytes`` is refused with 413, by its ``Content-Length`` at once, or
   while it streams in, never buffered past the limit;
 - a body must be JSON (415 otherwise);
-- without a token file (development on a laptop), a request whose ``Origin`` is not the
-  service's own is refused with 403, so a web page in the developer's browser cannot send
-  "simple" cross-origin POSTs to the coordinator.
+- without a token file (development on a laptop), every request must name a loopback host
+  (``Host: localhost:8765``, ``127.0.0.1``, ``[::1]``) or one of ``allowed_hosts``, so a web
+  page whose own name resolves to 127.0.0.1 (DNS rebinding) cannot reach the coordinator
+  through the developer's browser; and a request whose ``Origin`` is not such a host is
+  refused too, so a page cannot send "simple" cross-origin POSTs;
+- one ``Authorization`` header at most (400 otherwise): the front door and the routes
+  must judge the same credentials.
 
 Every refusal uses the service's one error envelope (``lockstep.api.wire``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -25,12 +30,13 @@ from urllib.parse import urlsplit
 from lockstep.api import wire
 from lockstep.errors import (
     AuthenticationError,
+    InvalidRequestError,
     LockstepError,
     PermissionDeniedError,
     RequestTooLargeError,
     UnsupportedContentTypeError,
 )
-from lockstep.service.auth import Role, role_of
+from lockstep.service.auth import Tokens, grant_of
 from lockstep.service.deps import bearer, unknown_token
 
 Scope = MutableMapping[str, Any]
@@ -50,19 +56,25 @@ class Guard:
         self,
         app: ASGIApp,
         *,
-        tokens: dict[str, Role] | None,
+        tokens: Tokens | None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        allowed_hosts: frozenset[str] = frozenset(),
     ) -> None:
         self.app = app
         self.tokens = tokens
         self.max_body_bytes = max_body_bytes
+        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in _NO_BODY:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
+            self._check_caller(scope, headers)
+            if scope["method"] in _NO_BODY:
+                await self.app(scope, receive, send)
+                return
             self._check_headers(headers)
             body = await self._read_body(headers, receive)
         except LockstepError as error:
@@ -76,16 +88,36 @@ class Guard:
         sub-application speaking another protocol overrides this)."""
         return wire.status_for(error), wire.error_payload(error)
 
+    def _check_caller(self, scope: Scope, headers: dict[str, str]) -> None:
+        """Every request: one Authorization header; without a token file, a local host."""
+        if sum(1 for k, _v in scope["headers"] if k.lower() == b"authorization") > 1:
+            raise InvalidRequestError(
+                "the request carries several Authorization headers: send exactly one"
+            )
+        if self.tokens is not None:
+            return
+        host = _hostname(headers.get("host", ""))
+        if not self._local(host):
+            raise PermissionDeniedError(
+                f"request for host {host!r} refused: without a token file the service answers "
+                "only requests for a loopback host (localhost, 127.0.0.1, [::1]) or one of "
+                "its allowed_hosts; serve with a token file to be reached by another name"
+            )
+        origin = headers.get("origin")
+        if origin is not None and not self._local(urlsplit(origin).hostname or ""):
+            raise PermissionDeniedError(
+                f"cross-origin request from {origin!r} refused: without a token file the "
+                "service accepts requests only from its own (loopback) origin"
+            )
+
+    def _local(self, host: str) -> bool:
+        return loopback_name(host) or host.lower() in self.allowed_hosts
+
     def _check_headers(self, headers: dict[str, str]) -> None:
         if self.tokens is not None:
             presented = bearer(headers.get("authorization"))
-            if presented is None or role_of(self.tokens, presented) is None:
+            if presented is None or grant_of(self.tokens, presented) is None:
                 raise unknown_token()
-        elif not _same_origin(headers):
-            raise PermissionDeniedError(
-                f"cross-origin request from {headers.get('origin')!r} refused: without a "
-                "token file the service accepts requests only from its own origin"
-            )
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             raise RequestTooLargeError(self.max_body_bytes)
@@ -124,11 +156,27 @@ async def read_body(receive: Receive, max_bytes: int | None = None) -> bytes:
     return b"".join(chunks)
 
 
-def _same_origin(headers: dict[str, str]) -> bool:
-    origin = headers.get("origin")
-    if origin is None:
-        return True  # not sent by a browser on another page
-    return urlsplit(origin).netloc.lower() == headers.get("host", "").lower()
+def _hostname(host_header: str) -> str:
+    """The host name of a ``Host`` header (``[::1]:8765`` -> ``::1``); "" if none."""
+    try:
+        return urlsplit("//" + host_header).hostname or ""
+    except ValueError:
+        return ""
+
+
+def loopback_name(host: str) -> bool:
+    """Whether ``host`` (a name or address, without port) can only mean this machine.
+
+    >>> [loopback_name(h) for h in ("localhost", "127.0.0.2", "::1", "evil.example", "")]
+    [True, True, True, False, False]
+    """
+    host = host.lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -22,7 +22,7 @@ from lockstep.barrier.model import Barrier, JobInstance, JobProgress, RecoveryPl
 from lockstep.errors import LockstepError
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.service.answers import AnswerInParts, answer
-from lockstep.service.deps import Admin, Reader
+from lockstep.service.deps import JobActor, Reader
 from lockstep.service.fast_path import FastRoutes
 from lockstep.service.group_commit import WRITES_AT_ONCE, GroupCommit
 from lockstep.service.requests import (
@@ -60,36 +60,64 @@ def add_job_protocol(
     )
     app.state.barrier_waits = waits
     app.router.on_shutdown.append(waits.close)
+    _add_instances(app, store, waits, fast)
+    _add_reports(app, store, groups, waits, fast)
+    _add_job_reads(app, store)
+    return waits
+
+
+def _add_instances(
+    app: FastAPI, store: MetadataStore, waits: BarrierWaits, fast: FastRoutes
+) -> None:
+    """A job's instance: attach (fencing older ones), heartbeat, its next barrier."""
 
     @app.post("/v1/jobs/{job_id}/instances")
-    def attach(job_id: str, _: Admin) -> Any:
+    def attach(job_id: str, _: JobActor) -> Any:
         return wire.dump(store.attach(job_id), JobInstance)
 
     @app.post("/v1/jobs/{job_id}/heartbeat")
-    def heartbeat(job_id: str, body: TokenIn, _: Admin) -> dict[str, str]:
+    def heartbeat(job_id: str, body: TokenIn, _: JobActor) -> dict[str, str]:
         store.heartbeat(job_id, body.token)
         return {"status": "ok"}
 
     @fast.post(app, "/v1/jobs/{job_id}/next-barrier")
-    async def next_barrier(job_id: str, body: TokenIn, _: Admin, wait_s: WaitS = 0.0) -> Response:
+    async def next_barrier(
+        job_id: str, body: TokenIn, _: JobActor, wait_s: WaitS = 0.0
+    ) -> Response:
         """The job's next barrier, or null; with ``wait_s``, waiting up to that long for one."""
         return answer(await waits.next_barrier(job_id, body.token, wait_s), Barrier | None)
 
+    @app.get("/v1/jobs/{job_id}/recovery")
+    def recovery_plan(
+        job_id: str, token: Annotated[int, Query(ge=-INT64_MAX - 1, le=INT64_MAX)], _: JobActor
+    ) -> Any:
+        return wire.dump(store.recovery_plan(job_id, token), RecoveryPlan)
+
+
+def _add_reports(
+    app: FastAPI,
+    store: MetadataStore,
+    groups: GroupCommit,
+    waits: BarrierWaits,
+    fast: FastRoutes,
+) -> None:
+    """A job's reports (PROCESSED, WRITTEN, aborted) and its persisted input cuts."""
+
     @fast.post(app, "/v1/jobs/{job_id}/processed")
-    async def report_processed(job_id: str, body: ReportIn, _: Admin) -> Response:
+    async def report_processed(job_id: str, body: ReportIn, _: JobActor) -> Response:
         versions = await groups.report_processed(
             job_id, body.token, body.barrier_id, body.snapshots
         )
         return answer(versions, list[TableVersion])
 
     @app.post("/v1/jobs/{job_id}/written")
-    def report_written(job_id: str, body: WrittenIn, _: Admin) -> Any:
+    def report_written(job_id: str, body: WrittenIn, _: JobActor) -> Any:
         versions = store.report_written(job_id, body.token, body.barrier_id, body.snapshots)
         return wire.dump(versions, list[TableVersion])
 
     @fast.post(app, "/v1/jobs/{job_id}/written-and-next")
     async def report_written_and_next(
-        job_id: str, body: WrittenIn, _: Admin, wait_s: WaitS = 0.0
+        job_id: str, body: WrittenIn, _: JobActor, wait_s: WaitS = 0.0
     ) -> Response:
         """The WRITTEN report, and the job's next barrier (null if none is available yet).
 
@@ -122,23 +150,21 @@ def add_job_protocol(
         return AnswerInParts(first, next_barrier)
 
     @app.post("/v1/jobs/{job_id}/aborted")
-    def report_aborted(job_id: str, body: BarrierRefIn, _: Admin) -> dict[str, int]:
+    def report_aborted(job_id: str, body: BarrierRefIn, _: JobActor) -> dict[str, int]:
         store.report_aborted(job_id, body.token, body.barrier_id)
         return {"aborted": body.barrier_id}
 
     @app.post("/v1/jobs/{job_id}/input-cuts")
-    def persist_input_cut(job_id: str, body: InputCutIn, _: Admin) -> dict[str, Any]:
+    def persist_input_cut(job_id: str, body: InputCutIn, _: JobActor) -> dict[str, Any]:
         return store.persist_input_cut(job_id, body.token, body.barrier_id, body.source, body.cut)
+
+
+def _add_job_reads(app: FastAPI, store: MetadataStore) -> None:
+    """What anyone with a read token may see of a job and its tables."""
 
     @app.get("/v1/jobs/{job_id}/input-cuts/{barrier_id}")
     def input_cuts(job_id: str, barrier_id: BarrierPath, _: Reader) -> dict[str, dict[str, Any]]:
         return store.input_cuts(job_id, barrier_id)
-
-    @app.get("/v1/jobs/{job_id}/recovery")
-    def recovery_plan(
-        job_id: str, token: Annotated[int, Query(ge=-INT64_MAX - 1, le=INT64_MAX)], _: Admin
-    ) -> Any:
-        return wire.dump(store.recovery_plan(job_id, token), RecoveryPlan)
 
     @app.get("/v1/jobs/{job_id}/progress")
     def job_progress(job_id: str, _: Reader, limit: Limit = None) -> Any:
@@ -154,5 +180,3 @@ def add_job_protocol(
     ) -> Any:
         version = store.version_as_of(table, barrier_id, written_only=written_only)
         return wire.dump(version, TableVersion | None)
-
-    return waits

@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql.gauges import PipelineGauges, read_gauges
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
-from lockstep.service.auth import Role, role_of
+from lockstep.service.auth import Tokens, grant_of
 from lockstep.service.deps import bearer, unknown_token
 from lockstep.service.group_commit import GroupCommit
 from lockstep.service.metrics_pipeline import PipelineCollector, ReplicaFacts
@@ -169,7 +169,7 @@ def add_metrics(app: FastAPI, store: MetadataStore, *, token: str | None = None)
     async def may_scrape(
         request: Request, authorization: Annotated[str | None, Header()] = None
     ) -> None:
-        tokens: dict[str, Role] | None = request.app.state.tokens
+        tokens: Tokens | None = request.app.state.tokens
         if tokens is None:
             return  # no token file: the service listens on loopback only
         presented = bearer(authorization)
@@ -177,7 +177,7 @@ def add_metrics(app: FastAPI, store: MetadataStore, *, token: str | None = None)
             raise unknown_token()
         if token is not None and hmac.compare_digest(token.encode(), presented.encode()):
             return
-        if role_of(tokens, presented) is None:
+        if grant_of(tokens, presented) is None:
             raise unknown_token()
 
     @app.get("/metrics", dependencies=[Depends(may_scrape)], include_in_schema=False)

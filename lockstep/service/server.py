@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockstep.barrier.coordinator import BackgroundIssuer, BarrierIssuer, Interval
 from lockstep.errors import ConfigurationError
-from lockstep.service.auth import Role, load_tokens
+from lockstep.service.auth import Grant, load_tokens
 from lockstep.service.settings import ServiceSettings
 from lockstep.stores import is_embedded, open_store
 
@@ -108,7 +108,7 @@ def worker_app() -> FastAPI:
     return app
 
 
-def _check(settings: ServiceSettings) -> dict[str, Role] | None:
+def _check(settings: ServiceSettings) -> dict[str, Grant] | None:
     """Refuse settings the service cannot run with, before anything starts; the tokens of
     the token file (None without one)."""
     if not is_embedded(settings.store):
@@ -134,7 +134,7 @@ def _check(settings: ServiceSettings) -> dict[str, Role] | None:
 
 
 def _build(
-    settings: ServiceSettings, tokens: dict[str, Role] | None
+    settings: ServiceSettings, tokens: dict[str, Grant] | None
 ) -> tuple[FastAPI, MetadataStore, BackgroundIssuer | None]:
     """The app, its store and its barrier ticker (not started) for ``settings``."""
     from lockstep.service.app import create_app
@@ -154,6 +154,7 @@ def _build(
         catalog=settings.catalog,
         iceberg=settings.iceberg,
         metrics_token=settings.metrics_token.get_secret_value() if settings.metrics_token else None,
+        allowed_hosts=settings.allowed_hosts,
     )
     interval = settings.barrier_interval_s
     ticker = BackgroundIssuer(BarrierIssuer(store, Interval(interval))) if interval else None

@@ -28,6 +28,8 @@ class ServiceSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8765
     token_file: Path | None = None
+    # without a token file: host names besides loopback ones that requests may name (Host)
+    allowed_hosts: list[str] = Field(default_factory=list)
     barrier_interval_s: float | None = None
     sql_timeout_s: float = Field(default=10.0, gt=0)
     sql_max_rows: int = Field(default=10_000, gt=0)

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 
 from lockstep.errors import AuthenticationError, ConfigurationError, LockstepError
 from lockstep.meta_tables.store.base import MetadataStore
-from lockstep.service.auth import Role
+from lockstep.service.auth import Tokens
 from lockstep.service.guard import ASGIApp, Guard, Receive, Scope, Send
 from lockstep.service.iceberg.config import IcebergSettings
 from lockstep.service.iceberg.errors import error_body, iceberg_error_body
@@ -39,8 +39,9 @@ def mount_iceberg(
     store: MetadataStore,
     settings: IcebergSettings,
     *,
-    tokens: dict[str, Role] | None,
+    tokens: Tokens | None,
     max_body_bytes: int,
+    allowed_hosts: frozenset[str] = frozenset(),
 ) -> None:
     """Serve the Iceberg REST catalog of ``settings`` under ``/iceberg`` of ``app``, with
     its pointers in ``store``'s database (which must be the SQL store)."""
@@ -58,7 +59,10 @@ def mount_iceberg(
     iceberg = create_iceberg_app(catalog, views, tokens=tokens)
     # added last, so outermost: /iceberg requests never reach the service's own front door
     app.add_middleware(
-        IcebergMount, iceberg=IcebergGuard(iceberg, tokens=tokens, max_body_bytes=max_body_bytes)
+        IcebergMount,
+        iceberg=IcebergGuard(
+            iceberg, tokens=tokens, max_body_bytes=max_body_bytes, allowed_hosts=allowed_hosts
+        ),
     )
 
 
@@ -75,7 +79,7 @@ def _served_catalog(store: SqlMetadataStore, settings: IcebergSettings) -> Serve
 
 
 def create_iceberg_app(
-    catalog: ServedCatalog, views: PinnedViews, *, tokens: dict[str, Role] | None
+    catalog: ServedCatalog, views: PinnedViews, *, tokens: Tokens | None
 ) -> FastAPI:
     """The catalog's routes, answering every error in the Iceberg error model: under
     ``/v1``, and again under ``/v1/{prefix}`` for the pinned views (``pinned``)."""
