@@ -15,6 +15,33 @@ def _names(items: Iterable[object]) -> str:
     return ", ".join(repr(str(i)) for i in items)
 
 
+def closest_names(names: Iterable[str], known: Iterable[str]) -> dict[str, str]:
+    """For each of ``names``, the one of ``known`` it most likely misspells (if any is close):
+    what an "unknown" error suggests, so a typo is one glance from its fix.
+
+    >>> closest_names(["open_balnce", "zzz"], ["open_balance", "orders"])
+    {'open_balnce': 'open_balance'}
+    """
+    import difflib
+
+    candidates = sorted(set(known))
+    found = {}
+    for name in names:
+        close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
+        if close:
+            found[name] = close[0]
+    return found
+
+
+def _did_you_mean(suggestions: dict[str, str]) -> str:
+    if not suggestions:
+        return ""
+    if len(suggestions) == 1:
+        return f" (did you mean {next(iter(suggestions.values()))!r}?)"
+    pairs = ", ".join(f"{close!r} for {name!r}" for name, close in suggestions.items())
+    return f" (did you mean {pairs}?)"
+
+
 class LockstepError(Exception):
     """Base class of every error raised by Lockstep."""
 
@@ -159,23 +186,32 @@ class PendingCommitsError(TopologyError):
 
 
 class UnknownJobError(LockstepError):
-    """No job is registered under this id."""
+    """No job is registered under this id. ``known``: the registered jobs, whose closest
+    name to ``job_id`` the message suggests."""
 
-    def __init__(self, job_id: str) -> None:
-        super().__init__(f"unknown job {job_id!r}; register it first (lockstep job register)")
+    def __init__(self, job_id: str, known: Iterable[str] = ()) -> None:
+        suggestions = closest_names([job_id], known)
+        super().__init__(
+            f"unknown job {job_id!r}{_did_you_mean(suggestions)}; register it first "
+            "(lockstep job register)"
+        )
         self.job_id = job_id
+        self.suggestions = suggestions
 
 
 class UnknownTableError(LockstepError):
-    """One or more tables are not managed by Lockstep."""
+    """One or more tables are not managed by Lockstep. ``known``: the managed tables, whose
+    closest names to the unknown ones the message suggests."""
 
-    def __init__(self, tables: Sequence[str], hint: str = "") -> None:
+    def __init__(self, tables: Sequence[str], hint: str = "", known: Iterable[str] = ()) -> None:
         noun = "table" if len(tables) == 1 else "tables"
+        suggestions = closest_names(tables, known)
         super().__init__(
-            f"unknown {noun} {_names(tables)}"
+            f"unknown {noun} {_names(tables)}{_did_you_mean(suggestions)}"
             + (f"; {hint}" if hint else "; a table is known once a registered job writes it")
         )
         self.tables = tuple(tables)
+        self.suggestions = suggestions
 
 
 # --- barriers and the job protocol -------------------------------------------------------

@@ -28,6 +28,13 @@ class ResolveContract:
             store.resolve(["shopping"], RR)
         assert e.value.lagging == ("shopping",)
 
+    def test_an_unknown_table_suggests_the_close_name(self, store: MetadataStore) -> None:
+        register(store)
+        for level in (RU, RC, RR):
+            with pytest.raises(UnknownTableError) as e:
+                store.resolve(["user_item_amount", "shoping"], level)
+            assert "unknown table 'shoping' (did you mean 'shopping'?)" in str(e.value)
+
     def test_resolve_levels(self, store: MetadataStore) -> None:
         register(store)
         store.issue_barrier()

@@ -32,6 +32,7 @@ from lockstep.errors import (
     ProtocolError,
     UnknownBarrierError,
     UnknownJobError,
+    UnknownTableError,
 )
 from lockstep.meta_tables.inputs import INPUTS
 from lockstep.meta_tables.store.base import MetadataStore
@@ -262,6 +263,18 @@ class StoreContract(BatchContract, CallsContract, InstanceContract, ResolveContr
             store.attach("ghost")
         with pytest.raises(UnknownJobError):
             store.report_processed("ghost", 1, 1, {})
+
+    def test_an_unknown_job_suggests_the_close_name(self, store: MetadataStore) -> None:
+        register(store)
+        for call in (
+            lambda: store.attach("sum_prize"),
+            lambda: store.report_processed("sum_prize", 1, 1, {}),
+            lambda: store.unregister_job("sum_prize"),
+        ):
+            with pytest.raises(UnknownJobError, match=r"did you mean 'sum_price'\?"):
+                call()
+        with pytest.raises(UnknownTableError, match=r"did you mean 'shopping'\?"):
+            store.table_status(["shoping"])
 
     def test_abort_rolls_back_processed_but_never_written(self, store: MetadataStore) -> None:
         register(store)

@@ -164,6 +164,16 @@ def test_resolve_errors(shopping: Any) -> None:
     )
 
 
+def test_unknown_names_suggest_the_close_ones(shopping: Any) -> None:
+    run = shopping("resolve", "shoping")
+    assert run.code == 2
+    assert run.err.startswith("error: unknown table 'shoping' (did you mean 'shopping'?)")
+    run = shopping("lineage", "user_item_amont")
+    assert "(did you mean 'user_item_amount'?)" in run.err
+    run = shopping("job", "unregister", "sum_prize")
+    assert run.err.startswith("error: unknown job 'sum_prize' (did you mean 'sum_price'?)")
+
+
 def test_sql_table_and_json(shopping: Any) -> None:
     query = "SELECT job_id, table_name FROM __META_JOB_SINK ORDER BY job_id"
     run = shopping("sql", query)

@@ -114,7 +114,7 @@ class Topology:
         try:
             return self._jobs[job_id]
         except KeyError:
-            raise UnknownJobError(job_id) from None
+            raise UnknownJobError(job_id, known=self._jobs) from None
 
     def writer_of(self, table: str) -> str | None:
         self._require_table(table)
@@ -186,12 +186,12 @@ class Topology:
 
     def _require_table(self, table: str) -> None:
         if _table(table) not in self._graph:
-            raise UnknownTableError([table])
+            raise UnknownTableError([table], known=self.tables)
 
     def require_tables(self, tables: Iterable[str]) -> None:
         missing = [t for t in tables if _table(t) not in self._graph]
         if missing:
-            raise UnknownTableError(missing)
+            raise UnknownTableError(missing, known=self.tables)
 
     def table_edges(self) -> list[tuple[str, str, str]]:
         """``(source_table, job_id, sink_table)`` for every job's source/sink pair."""

@@ -47,7 +47,7 @@ def require_tables(session: Session, tables: Sequence[str]) -> None:
     known = set(session.scalars(select(TableRow.table_name).where(TableRow.table_name.in_(tables))))
     missing = [t for t in tables if t not in known]
     if missing:
-        raise UnknownTableError(missing)
+        raise UnknownTableError(missing, known=session.scalars(select(TableRow.table_name)))
 
 
 def newest_barrier(session: Session, table: str, *, written_only: bool) -> int | None:
@@ -155,7 +155,8 @@ def resolve_snapshot_set(
     tables = named_tables(tables)
     rows = _look(session.connection(), tables, level)
     found = _from_lookup(tables, level, rows)
-    if found is None:  # a gap at the candidate: search its neighbourhood
+    if found is None:  # a gap at the candidate (or an unknown table): search its neighbourhood
+        require_tables(session, tables)
         found = _search_gap(session, tables, level, rows)
     return _readable(found)
 
@@ -215,11 +216,11 @@ def _from_lookup(
     tables: list[str], level: ConsistencyLevel, rows: Sequence[Looked]
 ) -> _Resolved | None:
     """The snapshot set from the lookup's rows; None if a table has no version at the
-    candidate barrier (a gap)."""
+    candidate barrier (a gap), or is unknown (the session's path names it and the tables
+    its name is close to)."""
     newest: dict[str, int | None] = {r.table_name: r.newest for r in rows}
-    missing = [t for t in tables if t not in newest]
-    if missing:
-        raise UnknownTableError(missing)
+    if any(t not in newest for t in tables):
+        return None
     empty = [t for t in tables if newest[t] is None]
     if empty:
         raise _no_version(level, tables, empty)

@@ -257,7 +257,7 @@ def load_job(s: Session, job_id: str, *, lock: bool) -> JobState:
         return locked[job_id]
     rows = s.connection().execute(_LOCKED_JOB if lock else _JOB, {"job_id": job_id}).all()
     if not rows:
-        raise UnknownJobError(job_id)
+        raise UnknownJobError(job_id, known=s.scalars(select(JobRow.job_id)))
     job = _job_state(job_id, rows)
     if lock:
         locked[job_id] = job
@@ -314,7 +314,7 @@ def forget_job(s: Session, job_id: str) -> None:
 def get_job(s: Session, job_id: str) -> JobRow:
     job = s.get(JobRow, job_id)
     if job is None:
-        raise UnknownJobError(job_id)
+        raise UnknownJobError(job_id, known=s.scalars(select(JobRow.job_id)))
     return job
 
 
@@ -322,7 +322,7 @@ def lock_job(s: Session, job_id: str) -> JobRow:
     """Load the job's row ``FOR UPDATE`` (PostgreSQL): serializes one job's operations."""
     job = s.scalars(_LOCK_JOB, {"job_id": job_id}).first()
     if job is None:
-        raise UnknownJobError(job_id)
+        raise UnknownJobError(job_id, known=s.scalars(select(JobRow.job_id)))
     return job
 
 
