@@ -137,7 +137,8 @@ VIEWS: tuple[MetaView, ...] = (
         "(ISSUED, PRECOMMIT = processed in all, COMMIT = written in all; a barrier older "
         "than every table's expiration horizon was written in all, even where repair found "
         "its versions expired). iceberg_tag: the tag that Lockstep's Iceberg REST catalog "
-        "shows on each table at its snapshot of the barrier.",
+        "shows on each table at its snapshot of the barrier; iceberg_warehouse: the catalog "
+        "warehouse that shows every Lockstep table at the barrier (a barrier view).",
         ("ls_barrier", "ls_table_version", "ls_job_sink", "ls_job", "ls_retention"),
         f"""
         WITH expired AS (
@@ -162,7 +163,8 @@ VIEWS: tuple[MetaView, ...] = (
                     WHEN s.total > 0 AND b.barrier_id < e.below THEN 'COMMIT'
                     WHEN s.total > 0 AND coalesce(c.processed, 0) >= s.total THEN 'PRECOMMIT'
                     ELSE 'ISSUED' END AS state,
-               concat('lockstep_b', b.barrier_id) AS iceberg_tag
+               concat('lockstep_b', b.barrier_id) AS iceberg_tag,
+               concat('lockstep:barrier=', b.barrier_id) AS iceberg_warehouse
         FROM ls_barrier b JOIN scope s USING (barrier_id) LEFT JOIN counts c USING (barrier_id)
         CROSS JOIN expired e
         """,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_fixtures import ADMIN_TOKEN, READ_TOKEN, running
+from service_fixtures import ADMIN_TOKEN, OTHER_READ_TOKEN, READ_TOKEN, running
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,19 @@ def atomic_iceberg_service(tmp_path: Path) -> Iterator[CatalogService]:
         yield service
 
 
+@pytest.fixture
+def capped_iceberg_service(tmp_path: Path) -> Iterator[CatalogService]:
+    """The same, with at most 3 leases per caller (``max_leases_per_caller``)."""
+    with serve_catalog(tmp_path, max_leases_per_caller=3) as service:
+        yield service
+
+
 @contextmanager
-def serve_catalog(tmp_path: Path, more_iceberg: str = "") -> Iterator[CatalogService]:
-    """Serve the catalog with ``more_iceberg`` lines in its ``[iceberg]`` table."""
+def serve_catalog(
+    tmp_path: Path, more_iceberg: str = "", **app_options: Any
+) -> Iterator[CatalogService]:
+    """Serve the catalog with ``more_iceberg`` lines in its ``[iceberg]`` table (and
+    ``app_options`` for ``create_app``)."""
     pytest.importorskip("pyiceberg")
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
     from lockstep.service.app import create_app
@@ -46,7 +56,7 @@ def serve_catalog(tmp_path: Path, more_iceberg: str = "") -> Iterator[CatalogSer
 
     warehouse = tmp_path / "warehouse"
     token_file = tmp_path / "tokens"
-    token_file.write_text(f"admin {ADMIN_TOKEN}\nread {READ_TOKEN}\n")
+    token_file.write_text(f"admin {ADMIN_TOKEN}\nread {READ_TOKEN}\nread {OTHER_READ_TOKEN}\n")
     token_file.chmod(0o600)
     config = tmp_path / "service.toml"
     config.write_text(
@@ -56,7 +66,7 @@ def serve_catalog(tmp_path: Path, more_iceberg: str = "") -> Iterator[CatalogSer
     )
     settings = ServiceSettings.load(config)
     store = SqlMetadataStore.open(settings.store)
-    app = create_app(store, tokens=load_tokens(token_file), iceberg=settings.iceberg)
+    app = create_app(store, tokens=load_tokens(token_file), iceberg=settings.iceberg, **app_options)
     with running(app) as url:
         yield CatalogService(f"{url}/iceberg", warehouse, store, url)
     store.close()

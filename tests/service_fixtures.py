@@ -24,6 +24,7 @@ from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
 ADMIN_TOKEN = "s3cret-admin-token-01"
 READ_TOKEN = "s3cret-read-token-001"
+OTHER_READ_TOKEN = "s3cret-read-token-002"  # a second reader, where who owns what matters
 
 
 def serve_process(

@@ -132,6 +132,8 @@ def test_resolve_at_each_level(shopping: Any, home: str) -> None:
     rr = shopping("resolve", *tables, "--json").json()
     assert rr["level"] == "repeatable_read"
     assert rr["barrier_id"] == 1
+    # what a stock Iceberg client names to read this barrier through Lockstep's catalog
+    assert (rr["iceberg_tag"], rr["iceberg_warehouse"]) == ("lockstep_b1", "lockstep:barrier=1")
     assert rr["tables"]["user_item_price"] == {
         "barrier_id": 1,
         "state": "WRITTEN",

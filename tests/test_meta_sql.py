@@ -100,6 +100,12 @@ def test_barrier_transaction_states(chain: Lockstep) -> None:
     session.report_processed(3, {"Table1": 3})
     rows = chain.sql("SELECT barrier_id, state FROM __META_BARRIER ORDER BY 1").to_pylist()
     assert [r["state"] for r in rows] == ["COMMIT", "COMMIT", "ISSUED"]
+    names = chain.sql(
+        "SELECT iceberg_tag, iceberg_warehouse FROM __META_BARRIER WHERE barrier_id = 2"
+    )
+    assert names.to_pylist() == [
+        {"iceberg_tag": "lockstep_b2", "iceberg_warehouse": "lockstep:barrier=2"}
+    ]
 
 
 def test_freshness_lag_uses_the_store_clock(chain: Lockstep, clock: FakeClock) -> None:

@@ -171,6 +171,10 @@ def cmd_resolve(ls: Lockstep, args: argparse.Namespace) -> Output:
         "iceberg_tag": None
         if snapshot_set.barrier_id is None
         else f"lockstep_b{snapshot_set.barrier_id}",
+        # the warehouse of a catalog client that reads every table at this barrier
+        "iceberg_warehouse": None
+        if snapshot_set.barrier_id is None
+        else f"lockstep:barrier={snapshot_set.barrier_id}",
         "tables": per_table,
     }
     return Output(data, resolve_headline(snapshot_set) + "\n" + format_table(rows))

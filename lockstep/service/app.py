@@ -148,7 +148,13 @@ def create_app(
     _add_meta_tables(app, store, pool, sql_timeout_s=sql_timeout_s, sql_max_rows=sql_max_rows)
     if iceberg is not None:
         mount_iceberg(
-            app, store, iceberg, tokens=tokens, max_body_bytes=max_body_bytes, allowed_hosts=hosts
+            app,
+            store,
+            iceberg,
+            tokens=tokens,
+            max_body_bytes=max_body_bytes,
+            max_leases_per_caller=max_leases_per_caller,
+            allowed_hosts=hosts,
         )
     return app
 

@@ -29,7 +29,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import VersionState
-from lockstep.meta_tables.store.sql.schema import RetentionRow, TableVersionRow
+from lockstep.errors import InvalidRequestError
+from lockstep.meta_tables.store.sql.schema import JobSinkRow, RetentionRow, TableVersionRow
 from lockstep.service.iceberg.fencing import lockstep_table
 from lockstep.service.iceberg.names import TableName
 
@@ -58,6 +59,45 @@ def written_snapshots(session: Session, table: TableName) -> dict[int, int]:
         )
     ).all()
     return {int(barrier): int(snapshot) for barrier, snapshot in rows if snapshot is not None}
+
+
+class BarrierNotWrittenError(InvalidRequestError):
+    """A barrier view's table has not WRITTEN the view's barrier (or no longer keeps it)."""
+
+    def __init__(self, table: TableName, barrier_id: int, reason: str) -> None:
+        super().__init__(
+            f"table {str(table)!r} cannot be read at barrier {barrier_id}: {reason}; "
+            "`lockstep resolve TABLE... --json` names a barrier written in every table "
+            "(its iceberg_warehouse)"
+        )
+        self.table = table
+        self.barrier_id = barrier_id
+
+
+def snapshot_at(session: Session, table: TableName, barrier_id: int) -> tuple[bool, int | None]:
+    """Whether ``table`` is Lockstep's, and if so its snapshot at ``barrier_id`` (None: the
+    table was empty then). BarrierNotWrittenError if it has not WRITTEN that barrier, or
+    expiration has passed it."""
+    name = lockstep_table(table)
+    if session.get(JobSinkRow, name) is None:
+        return False, None
+    row = session.get(TableVersionRow, (name, barrier_id))
+    kept_from = session.scalar(
+        select(RetentionRow.keep_from).where(RetentionRow.table_name == name)
+    )
+    if kept_from is not None and barrier_id < kept_from:
+        reason = f"its versions before barrier {kept_from} are expired"
+        raise BarrierNotWrittenError(table, barrier_id, reason)
+    if row is None or row.state != WRITTEN:
+        newest = session.scalar(
+            select(func.max(TableVersionRow.barrier_id)).where(
+                TableVersionRow.table_name == name, TableVersionRow.state == WRITTEN
+            )
+        )
+        state = "not processed" if row is None else f"{row.state}, not WRITTEN"
+        written = "none yet" if newest is None else f"the newest is {newest}"
+        raise BarrierNotWrittenError(table, barrier_id, f"that barrier is {state} ({written})")
+    return True, None if row.snapshot_id is None else int(row.snapshot_id)
 
 
 def with_barrier_tags(metadata: TableMetadata, written: dict[int, int]) -> TableMetadata:

@@ -42,9 +42,11 @@ def mount_iceberg(
     tokens: Tokens | None,
     max_body_bytes: int,
     allowed_hosts: frozenset[str] = frozenset(),
+    max_leases_per_caller: int = 1_000,
 ) -> None:
     """Serve the Iceberg REST catalog of ``settings`` under ``/iceberg`` of ``app``, with
-    its pointers in ``store``'s database (which must be the SQL store)."""
+    its pointers in ``store``'s database (which must be the SQL store); its views' leases
+    count against ``max_leases_per_caller`` with the caller's other leases."""
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
     if not isinstance(store, SqlMetadataStore):
@@ -55,7 +57,12 @@ def mount_iceberg(
     catalog = _served_catalog(store, settings)
     from lockstep.service.iceberg.pinned import PinnedViews
 
-    views = PinnedViews(store, catalog, atomic=settings.publish == "atomic")
+    views = PinnedViews(
+        store,
+        catalog,
+        atomic=settings.publish == "atomic",
+        max_leases_per_caller=max_leases_per_caller,
+    )
     iceberg = create_iceberg_app(catalog, views, tokens=tokens)
     # added last, so outermost: /iceberg requests never reach the service's own front door
     app.add_middleware(

@@ -1,25 +1,41 @@
-"""The newest consistent state of every Lockstep table, for engines that name no barrier.
+"""Views of every Lockstep table at one barrier, for engines that name no barrier.
 
-A client that sets the catalog property ``warehouse = "lockstep:repeatable_read"`` (both
-Spark's and pyiceberg's REST clients send it to ``GET /v1/config``) gets a *pinned view*:
-the catalog takes a repeatable-read lease over every Lockstep table it serves (the newest
-barrier WRITTEN in all of them, its snapshots protected from expiration) and answers with
-``overrides.prefix = "rr-<lease>"``. The client then sends every request under
-``/v1/rr-<lease>/...``, and every table it loads there shows ``main`` (and its current
-snapshot) at the lease's snapshot: two tables read in one query, or in one session, never
-mix barriers. The view is read-only, and moves only when the client loads the catalog
-again (a new Spark session or catalog, a new ``load_catalog``): "newest" means newest when
-the client connected. A moving tag or ``main`` loaded table by table cannot promise that,
-since two loads of one query may straddle a barrier.
+A client picks a view with its catalog's ``warehouse`` property, which both Spark's and
+pyiceberg's REST clients (and DuckDB's ``ATTACH '<warehouse>'``) send to ``GET /v1/config``;
+the answer's ``overrides.prefix`` then goes into every path the client calls
+(``/v1/<prefix>/...``), and every Lockstep table loaded there has ``main`` (and its current
+snapshot) at the view's barrier:
 
-Each request under a view renews its lease (at most every quarter of its lifetime, so
-mostly no store write); a view unused for the lease's lifetime expires, and a request
-under it is then refused, saying to reconnect. Tables that are not Lockstep's (or became
-Lockstep's after the view was opened) are shown as they are.
+- ``lockstep:repeatable_read``: prefix ``rr-<lease>.<key>``, the newest barrier WRITTEN in
+  every Lockstep table when the view was opened;
+- ``lockstep:read_committed``: prefix ``rc-<lease>.<key>``, the newest PROCESSED in every
+  one (staged snapshots: a failure may roll them back, see design §3);
+- ``lockstep:barrier=42``: prefix ``b42``, barrier 42.
+
+The first two are *pinned views*: opening one takes a lease over every Lockstep table the
+catalog serves (its snapshots protected from expiration), counted against the caller's
+lease cap (``max_leases_per_caller``, shared with ``POST /v1/leases``). The prefix is
+bound to the caller that opened it: its ``<key>`` is a random secret whose digest is in
+the lease's holder (``<caller>/iceberg-rest-view:<digest>``, as ``__META_LEASE`` shows it),
+so neither the lease id nor the holder lets anyone else use or renew the view. Each request
+under it renews its lease (at most every quarter of its lifetime); a view unused for the
+lifetime expires, and a request under it is refused, saying to load the catalog again.
+
+A barrier view needs no lease: a table that has not WRITTEN the barrier, or whose versions
+expiration has passed, fails to load with a message that says so.
+
+Every view is read-only (a scan's metrics report aside), and moves only when the client
+loads the catalog again. Tables that are not Lockstep's (or became Lockstep's after a pinned
+view was opened) are shown as they are. What a load answers is also what the file its
+``metadata-location`` names says (``view_files``): DuckDB reads that file.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
+import secrets
 import threading
 import time
 from collections.abc import Mapping
@@ -33,31 +49,56 @@ from lockstep.errors import (
     LeaseError,
     NoConsistentBarrierError,
     PermissionDeniedError,
+    ServiceBusyError,
 )
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql.schema import IcebergTableRow, JobSinkRow
 from lockstep.readers.levels import ConsistencyLevel
 from lockstep.readers.model import Lease
+from lockstep.service.deps import Caller
 from lockstep.service.iceberg import storage
 from lockstep.service.iceberg.catalog import LoadedTable, ServedCatalog
-from lockstep.service.iceberg.consistency import ref
+from lockstep.service.iceberg.consistency import ref, snapshot_at
 from lockstep.service.iceberg.fencing import lockstep_table
 from lockstep.service.iceberg.names import TableName, loaded_namespace
+from lockstep.service.iceberg.view_files import ViewFiles
 
-CONSISTENT_WAREHOUSE = "lockstep:repeatable_read"  # the warehouse property that asks for one
-PREFIX = "rr-"
+CONSISTENT_WAREHOUSE = "lockstep:repeatable_read"  # the warehouse that asks for a pinned view
+WAREHOUSE_PREFIX = "lockstep:"
+BARRIER_WAREHOUSE = "lockstep:barrier="  # + the barrier id
+# the warehouse of each pinned view's level, and its prefix's start
+LEVELS: dict[str, tuple[ConsistencyLevel, str]] = {
+    CONSISTENT_WAREHOUSE: (ConsistencyLevel.REPEATABLE_READ, "rr-"),
+    "lockstep:read_committed": (ConsistencyLevel.READ_COMMITTED, "rc-"),
+}
 HOLDER = "iceberg-rest-view"
 VIEW_TTL_S = 600.0
+_LEASED = re.compile(r"(rr|rc)-([0-9a-f]{1,64})\.([0-9a-f]{32})")
+_AT_BARRIER = re.compile(r"b([1-9][0-9]{0,17})")
+
+
+def barrier_warehouse(barrier_id: int) -> str:
+    """The ``warehouse`` of the view at ``barrier_id``: ``lockstep:barrier=42``."""
+    return f"{BARRIER_WAREHOUSE}{barrier_id}"
 
 
 class ReadOnlyViewError(PermissionDeniedError):
-    """A change sent under a pinned view."""
+    """A change sent under a view."""
 
     def __init__(self, prefix: str) -> None:
         super().__init__(
             f"the catalog view {prefix!r} is a read-only, consistent view; connect without "
-            f"warehouse = {CONSISTENT_WAREHOUSE!r} to change tables"
+            f"a warehouse of {WAREHOUSE_PREFIX}... to change tables"
         )
+
+
+@dataclass(frozen=True)
+class View:
+    """A view a request is under: a pinned view's snapshot set, or a barrier."""
+
+    prefix: str
+    barrier_id: int | None
+    snapshots: Mapping[str, int | None] | None = None  # None: a barrier view
 
 
 @dataclass
@@ -66,8 +107,13 @@ class _Held:
     renewed: float  # time.monotonic() of the last renewal
 
 
+def _holder(caller: Caller, key: str) -> str:
+    """The lease holder of a pinned view ``caller`` opened with the secret ``key``."""
+    return f"{caller.id}/{HOLDER}:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+
 class PinnedViews:
-    """Open pinned views (leases) and answer loads under them."""
+    """Open views and answer loads under them."""
 
     def __init__(
         self,
@@ -76,29 +122,56 @@ class PinnedViews:
         *,
         atomic: bool = False,
         ttl_s: float = VIEW_TTL_S,
+        max_leases_per_caller: int = 1_000,
     ) -> None:
         self.store = store
         self.catalog = catalog
         self.atomic = atomic  # [iceberg] publish = "atomic": readers' main is published()
         self.ttl_s = ttl_s
+        self.max_leases_per_caller = max_leases_per_caller
+        self.files = ViewFiles(catalog.files.io, ttl_s=ttl_s)
         self._held: dict[str, _Held] = {}
         self._lock = threading.Lock()
 
-    def open(self) -> str:
-        """Take a repeatable-read lease over every Lockstep table of the catalog; its
-        prefix."""
+    # -- opening ---------------------------------------------------------------------------
+
+    def open(self, warehouse: str | None, caller: Caller) -> str | None:
+        """The prefix of the view ``warehouse`` asks for (None: it asks for none)."""
+        if warehouse is None or not warehouse.startswith(WAREHOUSE_PREFIX):
+            return None  # one warehouse per service: any other value changes nothing
+        if warehouse in LEVELS:
+            return self._open_pinned(*LEVELS[warehouse], caller)
+        found = _AT_BARRIER.fullmatch("b" + warehouse.removeprefix(BARRIER_WAREHOUSE))
+        if warehouse.startswith(BARRIER_WAREHOUSE) and found:
+            return found.group(0)
+        known = ", ".join([*LEVELS, barrier_warehouse(42)])
+        raise InvalidRequestError(
+            f"warehouse {warehouse!r} names no view of this catalog: use one of {known} "
+            "(a barrier id is a positive number), or any other warehouse for the plain catalog"
+        )
+
+    def _open_pinned(self, level: ConsistencyLevel, start: str, caller: Caller) -> str:
         tables = self.lockstep_tables()
         if not tables:
             raise InvalidRequestError(
                 "this catalog serves no Lockstep table yet (none is written by a registered "
-                f"job): connect without warehouse = {CONSISTENT_WAREHOUSE!r}"
+                f"job): connect without a warehouse of {WAREHOUSE_PREFIX}..."
             )
+        mine = f"{caller.id}/"
+        held = sum(1 for x in self.store.active_leases() if x.holder.startswith(mine))
+        if held >= self.max_leases_per_caller:
+            raise ServiceBusyError(
+                f"this caller holds {held} live leases (pinned views included), the most the "
+                "service allows (max_leases_per_caller): reuse an open view (one catalog "
+                "load), release leases, or let unused views expire first"
+            )
+        key = secrets.token_hex(16)
         lease = self.store.acquire_lease(
-            sorted(tables), ConsistencyLevel.REPEATABLE_READ, ttl_s=self.ttl_s, holder=HOLDER
+            sorted(tables), level, ttl_s=self.ttl_s, holder=_holder(caller, key)
         )
         with self._lock:
             self._held[lease.lease_id] = _Held(lease, time.monotonic())
-        return PREFIX + lease.lease_id
+        return f"{start}{lease.lease_id}.{key}"
 
     def lockstep_tables(self) -> set[str]:
         """The Lockstep names of the catalog's tables that a registered job writes."""
@@ -112,30 +185,66 @@ class PinnedViews:
             written = set(session.scalars(select(JobSinkRow.table_name)))
         return served & written
 
-    def lease(self, prefix: str) -> Lease:
-        """The live lease of a view's prefix, renewed when a quarter of its life is gone;
-        LeaseError if it expired (or never was)."""
-        if not prefix.startswith(PREFIX):
-            raise LeaseError(prefix, f"{prefix!r} is not a view of this catalog ({PREFIX}...)")
-        lease_id = prefix.removeprefix(PREFIX)
-        now = time.monotonic()
+    # -- using -----------------------------------------------------------------------------
+
+    def view(self, prefix: str, caller: Caller) -> View:
+        """The view of ``prefix`` for ``caller``: a pinned view must be live and the
+        caller's own (its lease is renewed when a quarter of its life is gone)."""
+        at_barrier = _AT_BARRIER.fullmatch(prefix)
+        if at_barrier:
+            return View(prefix, int(at_barrier.group(1)))
+        lease = self._lease(prefix, caller)
+        return View(prefix, lease.snapshot_set.barrier_id, lease.snapshot_set.snapshots)
+
+    def _lease(self, prefix: str, caller: Caller) -> Lease:
+        found = _LEASED.fullmatch(prefix)
+        if found is None:
+            raise LeaseError(
+                prefix,
+                f"{prefix!r} is not a view of this catalog: load the catalog again with a "
+                f"warehouse of {WAREHOUSE_PREFIX}... for a view",
+            )
+        lease_id, key = found.group(2), found.group(3)
         with self._lock:
             held = self._held.get(lease_id)
-        if held is not None and now - held.renewed < self.ttl_s / 4:
+        if held is None:  # opened on another replica, or before a restart
+            lease = next((x for x in self.store.active_leases() if x.lease_id == lease_id), None)
+            held = None if lease is None else _Held(lease, 0.0)
+        # checked before any renewal: a view is its opener's alone, and a wrong key says
+        # no more than an expired view
+        if held is None or not hmac.compare_digest(held.lease.holder, _holder(caller, key)):
+            raise self._gone(prefix, "no live view of this caller has that prefix")
+        now = time.monotonic()
+        if now - held.renewed < self.ttl_s / 4:
             return held.lease
         try:
             lease = self.store.renew_lease(lease_id, ttl_s=self.ttl_s)
         except LeaseError as e:
             with self._lock:
                 self._held.pop(lease_id, None)
-            raise LeaseError(
-                lease_id,
-                f"the consistent view {prefix!r} is gone ({e}): load the catalog again for "
-                "the newest consistent state",
-            ) from e
+            raise self._gone(prefix, str(e)) from e
         with self._lock:
             self._held[lease_id] = _Held(lease, now)
         return lease
+
+    @staticmethod
+    def _gone(prefix: str, reason: str) -> LeaseError:
+        return LeaseError(
+            prefix.split(".", 1)[0],
+            f"the consistent view is gone ({reason}): load the catalog again for the newest "
+            "consistent state",
+        )
+
+    def load(self, table: TableName, loaded: LoadedTable, view: View) -> LoadedTable:
+        """``loaded`` as ``view`` shows it."""
+        if view.snapshots is not None:
+            return self.pinned(table, loaded, view.snapshots)
+        assert view.barrier_id is not None
+        with storage.reading(self.catalog.engine) as session:
+            ours, snapshot_id = snapshot_at(session, table, view.barrier_id)
+        if not ours:
+            return loaded
+        return self.pinned(table, loaded, {lockstep_table(table): snapshot_id})
 
     def published(self) -> dict[str, int | None]:
         """Atomic publish (``[iceberg] publish = "atomic"``): each Lockstep table's snapshot
@@ -148,13 +257,13 @@ class PinnedViews:
         except NoConsistentBarrierError:
             return dict.fromkeys(tables)
 
-    @staticmethod
-    def pin(
-        table: TableName, loaded: LoadedTable, snapshots: Mapping[str, int | None]
+    def pinned(
+        self, table: TableName, loaded: LoadedTable, snapshots: Mapping[str, int | None]
     ) -> LoadedTable:
-        """``loaded`` with main at its snapshot in ``snapshots`` (a table not in it as is)."""
+        """``loaded`` with main at its snapshot in ``snapshots`` (a table not in it as is),
+        answered from a metadata file that says the same (``view_files``)."""
         name = lockstep_table(table)
-        if name not in snapshots:
+        if name not in snapshots or loaded.metadata_location is None:
             return loaded
         snapshot_id = snapshots[name]
         refs = dict(loaded.metadata.refs)
@@ -165,4 +274,5 @@ class PinnedViews:
         metadata = loaded.metadata.model_copy(
             update={"current_snapshot_id": snapshot_id, "refs": refs}
         )
-        return LoadedTable(metadata, loaded.metadata_location)
+        written, location = self.files.file_of(loaded.metadata_location, metadata, snapshot_id)
+        return LoadedTable(written, location)

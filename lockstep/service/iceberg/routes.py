@@ -29,7 +29,7 @@ from pyiceberg.typedef import IcebergBaseModel
 
 from lockstep.barrier.iceberg.catalog import COMMIT_GUARD_PROPERTY
 from lockstep.errors import InvalidRequestError
-from lockstep.service.deps import Admin, Reader
+from lockstep.service.deps import Admin, Caller, Reader
 from lockstep.service.iceberg.catalog import LoadedTable, NewTable, ServedCatalog
 from lockstep.service.iceberg.commit import TableChange
 from lockstep.service.iceberg.fencing import Committer
@@ -50,7 +50,7 @@ from lockstep.service.iceberg.names import (
     namespace_of,
     table_name,
 )
-from lockstep.service.iceberg.pinned import CONSISTENT_WAREHOUSE, PinnedViews, ReadOnlyViewError
+from lockstep.service.iceberg.pinned import PinnedViews, ReadOnlyViewError
 
 JsonBody = Annotated[Any, Body()]
 _PREFIX = "/v1/{prefix}"
@@ -105,12 +105,13 @@ def build_router(catalog: ServedCatalog, views: PinnedViews) -> APIRouter:
     router = APIRouter()
 
     @router.get("/config")
-    def get_config(_: Reader, warehouse: str | None = None) -> dict[str, Any]:
+    def get_config(caller: Reader, warehouse: str | None = None) -> dict[str, Any]:
         # one warehouse per service: a client's ``warehouse`` property changes nothing,
-        # except the one that asks for a pinned, consistent view (pinned.py)
+        # except one that asks for a view of every Lockstep table at a barrier (pinned.py)
         overrides = {}
-        if warehouse == CONSISTENT_WAREHOUSE:
-            overrides["prefix"] = views.open()
+        prefix = views.open(warehouse, caller)
+        if prefix is not None:
+            overrides["prefix"] = prefix
         # the job runtime reads the default to know that this catalog fences and stamps
         # its commits (fencing.py); other clients ignore a property they do not know
         defaults = {COMMIT_GUARD_PROPERTY: "true"}
@@ -123,14 +124,21 @@ def build_router(catalog: ServedCatalog, views: PinnedViews) -> APIRouter:
     return router
 
 
-def pinned_view(views: PinnedViews) -> Callable[[Request], None]:
-    """The dependency of every route under ``/v1/{prefix}``: the view must be live (its
-    lease is renewed), and it is read-only (a scan's metrics report aside)."""
+# the routes a view (read-only) answers besides GET and HEAD, by route name
+READ_ONLY_POSTS = frozenset({"report_metrics"})
 
-    def check(request: Request) -> None:
+
+def pinned_view(views: PinnedViews) -> Callable[[Request, Caller], None]:
+    """The dependency of every route under ``/v1/{prefix}``: the view must be live and the
+    caller's (a pinned view's lease is renewed), and it is read-only (a scan's metrics
+    report aside: the rule names the route, not a path, which a table may spell)."""
+
+    def check(request: Request, caller: Reader) -> None:
         prefix = request.path_params["prefix"]
-        views.lease(prefix)
-        if request.method not in ("GET", "HEAD") and not request.url.path.endswith("/metrics"):
+        request.state.view = views.view(prefix, caller)
+        route = request.scope.get("route")
+        safe = request.method in ("GET", "HEAD") or getattr(route, "name", None) in READ_ONLY_POSTS
+        if not safe:
             raise ReadOnlyViewError(prefix)
 
     return check
@@ -226,11 +234,10 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
         # every snapshot is returned whatever ``snapshots`` asks (``refs`` is an option)
         name = _table(namespace, table)
         loaded = catalog.load_table(name)
-        prefix = request.path_params.get("prefix")
-        if prefix is not None:  # a pinned view: main at the view's barrier
-            loaded = views.pin(name, loaded, views.lease(prefix).snapshot_set.snapshots)
+        if "prefix" in request.path_params:  # a view: main at the view's barrier
+            loaded = views.load(name, loaded, request.state.view)
         elif views.atomic and not Committer.from_headers(request.headers).names_itself:
-            loaded = views.pin(name, loaded, views.published())  # a reader: atomic publish
+            loaded = views.pinned(name, loaded, views.published())  # a reader: atomic publish
         return _loaded(loaded)
 
     @router.head("/namespaces/{namespace}/tables/{table}")
