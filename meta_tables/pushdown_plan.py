@@ -24,6 +24,12 @@ column unrestricted. What the planner cannot
 follow (a view named where the parse tree shows no table, a base table named directly, a
 CTE shadowing a view) only widens the export. DuckDB still runs the whole query over the
 exported rows, so an answer is the same with or without pushdown.
+
+The store applies a pushed value as exact equality (or an integer bound), so a value is
+pushed only where DuckDB compares the same way: never in a query that names a collation
+anywhere (a collation travels through expressions: ``table_name IN (SELECT ('X' COLLATE
+NOCASE) || '')`` matches ``x``), and a subquery's values only if its column is plain text
+or an integer (not an ENUM, JSON or other type DuckDB would cast the key to).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ _COMPARISONS: dict[str, Op] = {
 }
 _FLIPPED: dict[Op, Op] = {"=": "=", "in": "in", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _META_NAME = re.compile(r"__META_[A-Z_]+", re.IGNORECASE)
+_COLLATION = re.compile(r"COLLAT", re.IGNORECASE)  # COLLATE, collations(), a view's SQL...
 MAX_SUBQUERY_VALUES = 10_000  # a longer IN (SELECT ...) list is not pushed
 
 
@@ -114,6 +121,8 @@ def plan(
     found = [u.view.name for _, uses in uses_by_node for u in uses]
     if sorted(found) != sorted(named) or _shadowed(statement):
         return Plan()  # a view reached some way the tree does not show: export it all
+    if _collated(query, statement, [u.view for _, uses in uses_by_node for u in uses]):
+        return Plan()  # equality is not the store's: export it all
     result = Plan()
     needs: dict[tuple[str, str], list[tuple[Via, Range] | None]] = {}
     for node, uses in uses_by_node:
@@ -143,6 +152,16 @@ def _shadowed(statement: Node) -> bool:
         for node in _walk(statement)
         if isinstance(node, Mapping)
         for entry in ((node.get("cte_map") or {}).get("map") or [])
+    )
+
+
+def _collated(query: str, statement: Node, views: list[MetaView]) -> bool:
+    """A collation named in the query (its text or parse tree) or in a view it reads."""
+    if _COLLATION.search(query) or any(_COLLATION.search(view.sql) for view in views):
+        return True
+    return any(
+        isinstance(node, Mapping) and (node.get("class") == "COLLATE" or node.get("collation"))
+        for node in _walk(statement)
     )
 
 

@@ -15,6 +15,7 @@ something slipped through, the database is replaced and the query refused.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import threading
@@ -36,6 +37,7 @@ from lockstep.meta_tables.views import VIEWS, base_tables_for, with_view_depende
 Exporter = Callable[[Collection[str], Sequence[Restriction]], dict[str, pa.Table]]
 
 _META_NAME = re.compile(r"__META_[A-Z_]+", re.IGNORECASE)
+_MISSING_TABLE = re.compile(r"Table with name (\S+) does not exist")
 # What EXPLAIN [ANALYZE] [(options)] puts before the statement it explains.
 _EXPLAIN_PREFIX = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^()]*\)\s*)?", re.IGNORECASE)
 DEFAULT_MEMORY_LIMIT = "1GB"  # per process, for all meta queries together
@@ -196,6 +198,8 @@ def run_meta_query(
                 f"the query needed more memory than meta SQL may use ({MEMORY_LIMIT_ENV}); "
                 "aggregate, filter or add a LIMIT"
             ) from e
+        except duckdb.CatalogException as e:
+            raise MetaQueryError(_catalog_message(e)) from e
         except duckdb.Error as e:
             raise MetaQueryError(f"query failed: {e}") from e
         finally:
@@ -211,16 +215,24 @@ def _subquery_values(
     sql: str, export: Exporter, *, now_us: int, timeout_s: float
 ) -> list[Value] | None:
     """An uncorrelated subquery's values (its one column), run as a meta query of its own;
-    None if it is not one (it names the outer query's columns, say) or returns too many."""
+    None if it is not one (it names the outer query's columns, say), returns too many, or
+    its column is neither plain text nor an integer (an ENUM, JSON... which DuckDB would
+    compare with a key otherwise than the store's exact equality)."""
     try:
         table = run_meta_query(
             sql, export, now_us=now_us, max_rows=MAX_SUBQUERY_VALUES, timeout_s=timeout_s
         )
     except LockstepError:
         return None
-    if table.num_columns != 1:
+    if table.num_columns != 1 or not _comparable_as_stored(table.schema.field(0).type):
         return None
     return list(table.column(0).to_pylist())
+
+
+def _comparable_as_stored(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    )
 
 
 def _checks_hold(
@@ -235,6 +247,24 @@ def _checks_hold(
         if sorted(map(repr, found)) != sorted(map(repr, values)):
             return False
     return True
+
+
+def _catalog_message(error: duckdb.CatalogException) -> str:
+    """DuckDB's message, except for a missing table: DuckDB suggests its own catalog tables
+    (``Did you mean "pg_am"?``); the meta tables are the ones to suggest.
+
+    >>> missing = duckdb.CatalogException("Table with name __META_TABEL does not exist!")
+    >>> _catalog_message(missing).split(";")[0]
+    'no table named __META_TABEL (did you mean __META_TABLE?)'
+    """
+    missing = _MISSING_TABLE.search(str(error))
+    if missing is None:
+        return f"query failed: {error}"
+    name = missing.group(1)
+    names = [view.name for view in VIEWS]
+    close = difflib.get_close_matches(name.upper(), names, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"no table named {name}{hint}; the meta tables are {', '.join(names)}"
 
 
 def _check_nothing_persists(con: duckdb.DuckDBPyConnection) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from conftest import FakeClock
 
+from lockstep.cli.main import main
 from lockstep.errors import MetaQueryError, ReadOnlyQueryError
 from lockstep.facade import Lockstep
 from lockstep.meta_tables.query import run_meta_query
@@ -208,3 +210,39 @@ def test_concurrent_queries_see_only_their_own_tables() -> None:
         first, second = pool.submit(run, "a", 1), pool.submit(run, "b", 2)
         assert first.result() == [{"job_id": "a", "table_name": "a_in", "now": 1}]
         assert second.result() == [{"job_id": "b", "table_name": "b_in", "now": 2}]
+
+
+# -- an unknown table is met with the meta tables, not DuckDB's catalog (issue #42) ---------
+
+
+@pytest.mark.parametrize(
+    ("query", "suggested"),
+    [
+        ("SELECT * FROM __META_TABEL", "__META_TABLE"),
+        ("SELECT * FROM __meta_job_barriers", "__META_JOB_BARRIER"),
+        (
+            "SELECT * FROM __META_TABLE WHERE table_name IN (SELECT x FROM __META_JOBS)",
+            "__META_JOB",
+        ),
+    ],
+)
+def test_an_unknown_meta_table_suggests_a_meta_table(
+    ls: Lockstep, query: str, suggested: str
+) -> None:
+    with pytest.raises(MetaQueryError) as refused:
+        ls.sql(query)
+    message = str(refused.value)
+    assert f"(did you mean {suggested}?)" in message
+    assert "pg_" not in message
+    assert "duckdb_" not in message
+    assert "__META_BARRIER" in message  # the meta tables are listed
+
+
+def test_lockstep_sql_suggests_the_meta_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    assert main(["--store", url, "sql", "SELECT * FROM __META_TABEL"]) != 0
+    error = capsys.readouterr().err
+    assert "did you mean __META_TABLE?" in error
+    assert "pg_am" not in error
