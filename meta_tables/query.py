@@ -255,7 +255,7 @@ def _catalog_message(error: duckdb.CatalogException) -> str:
 
     >>> missing = duckdb.CatalogException("Table with name __META_TABEL does not exist!")
     >>> _catalog_message(missing).split(";")[0]
-    'no table named __META_TABEL (did you mean __META_TABLE?)'
+    'query failed: no table named __META_TABEL (did you mean __META_TABLE?)'
     """
     missing = _MISSING_TABLE.search(str(error))
     if missing is None:
@@ -264,7 +264,7 @@ def _catalog_message(error: duckdb.CatalogException) -> str:
     names = [view.name for view in VIEWS]
     close = difflib.get_close_matches(name.upper(), names, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    return f"no table named {name}{hint}; the meta tables are {', '.join(names)}"
+    return f"query failed: no table named {name}{hint}; the meta tables are {', '.join(names)}"
 
 
 def _check_nothing_persists(con: duckdb.DuckDBPyConnection) -> None:
