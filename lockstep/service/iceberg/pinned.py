@@ -41,7 +41,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
+from pyiceberg.table.snapshots import Snapshot
 from sqlalchemy import select
 
 from lockstep.errors import (
@@ -266,13 +268,34 @@ class PinnedViews:
         if name not in snapshots or loaded.metadata_location is None:
             return loaded
         snapshot_id = snapshots[name]
-        refs = dict(loaded.metadata.refs)
-        if snapshot_id is None:
-            refs.pop(MAIN_BRANCH, None)
-        else:
-            refs[MAIN_BRANCH] = ref(snapshot_id, SnapshotRefType.BRANCH)
-        metadata = loaded.metadata.model_copy(
-            update={"current_snapshot_id": snapshot_id, "refs": refs}
-        )
+        metadata = as_of(loaded.metadata, snapshot_id)
         written, location = self.files.file_of(loaded.metadata_location, metadata, snapshot_id)
         return LoadedTable(written, location)
+
+
+def as_of(metadata: TableMetadata, snapshot_id: int | None) -> TableMetadata:
+    """``metadata`` as it was when ``snapshot_id`` was committed (None: before any): main at
+    it, and no snapshot committed after it, nor a ref or log entry naming one. Engines that
+    pick the newest snapshot of a file rather than its current one (DuckDB 1.5's reads
+    did, under load) thus cannot read past the view's barrier."""
+    pinned = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
+    last = (-1, -1) if pinned is None else _order(pinned)
+    kept = [s for s in metadata.snapshots if _order(s) <= last]
+    ids = {s.snapshot_id for s in kept}
+    refs = {k: r for k, r in metadata.refs.items() if r.snapshot_id in ids and k != MAIN_BRANCH}
+    if snapshot_id is not None:
+        refs[MAIN_BRANCH] = ref(snapshot_id, SnapshotRefType.BRANCH)
+    log = [entry for entry in metadata.snapshot_log if entry.snapshot_id in ids]
+    return metadata.model_copy(
+        update={
+            "current_snapshot_id": snapshot_id,
+            "refs": refs,
+            "snapshots": kept,
+            "snapshot_log": log,
+        }
+    )
+
+
+def _order(snapshot: Snapshot) -> tuple[int, int]:
+    """When a snapshot was committed: its sequence number (v2), else its time (v1)."""
+    return (snapshot.sequence_number or 0, snapshot.timestamp_ms)

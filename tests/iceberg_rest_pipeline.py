@@ -1,0 +1,149 @@
+"""A three-table Lockstep pipeline that advances while stock engines read it (#40).
+
+``load`` writes ``default.a``, ``mid`` reads ``a`` and writes ``default.b``, ``top`` reads ``b``
+and writes ``default.c``: real jobs of the service's store (attach, next barrier, PROCESSED,
+WRITTEN) whose commits go through the served catalog as stock pyiceberg appends, fenced and
+stamped by it. At barrier n each table appends one row ``(k=n, v)`` with a random ``v``, one
+table after the other, so a reader of the tables' own ``main`` can catch them between two
+tables' commits; the writer records each barrier's ground truth: what the join query below
+answers at exactly that barrier.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from service_fixtures import ADMIN_TOKEN
+
+TABLES = ("a", "b", "c")
+JOBS = (("load", (), "a"), ("mid", ("a",), "b"), ("top", ("b",), "c"))
+SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+# The three-table join every engine runs (FROM clauses spelled per engine): a full outer
+# join on k, so a read that mixes barriers shows unequal counts.
+JOIN = (
+    "SELECT count(*) AS n, count(a.k) AS na, count(b.k) AS nb, count(c.k) AS nc, "
+    "sum(a.v) AS sa, sum(b.v) AS sb, sum(c.v) AS sc "
+    "FROM {a} a FULL OUTER JOIN {b} b ON a.k = b.k "
+    "FULL OUTER JOIN {c} c ON coalesce(a.k, b.k) = c.k"
+)
+Answer = tuple[int, int, int, int, int, int, int]
+
+
+@dataclass
+class Pipeline:
+    service: Any  # iceberg_rest_fixtures.CatalogService
+    truth: dict[int, Answer] = field(default_factory=dict)  # barrier -> the join's answer
+    tokens: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    _sums: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TABLES, 0))
+
+    @property
+    def committed(self) -> int:
+        """The newest barrier WRITTEN in all three tables."""
+        with self.lock:
+            return max(self.truth)
+
+    def check(self, answer: Answer) -> int:
+        """The barrier ``answer`` is the ground truth of (AssertionError if none: a mixed
+        or wrong read)."""
+        n = answer[0]
+        with self.lock:
+            expected = self.truth.get(n)
+        assert answer == expected, f"read {answer}, but barrier {n} is {expected}"
+        return n
+
+    def advance(self) -> int:
+        """Issue the next barrier and write it in a, b, c in turn; the barrier."""
+        store = self.service.store
+        barrier = store.issue_barrier().barrier_id
+        for job, _sources, table in JOBS:
+            taken = store.next_barrier(job, self.tokens[job])
+            assert taken is not None
+            assert taken.barrier_id == barrier
+            value = random.randrange(1, 1000)
+            writer = self._catalog(
+                **{"header.X-Lockstep-Job": job, "header.X-Lockstep-Token": str(self.tokens[job])}
+            )
+            loaded = writer.load_table(f"default.{table}")
+            loaded.append(pa.table({"k": [barrier], "v": [value]}, schema=SCHEMA))
+            head = writer.load_table(f"default.{table}").metadata.refs["main"].snapshot_id
+            store.report_processed(job, self.tokens[job], barrier, {table: head})
+            store.report_written(job, self.tokens[job], barrier)
+            self._sums[table] += value
+        with self.lock:
+            s = self._sums
+            self.truth[barrier] = (barrier, barrier, barrier, barrier, s["a"], s["b"], s["c"])
+        return barrier
+
+    @contextmanager
+    def advancing(self, pause_s: float = 0.0) -> Iterator[None]:
+        """Barriers keep coming (in a thread, ``pause_s`` apart) while the block reads."""
+        stop = threading.Event()
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                while not stop.wait(pause_s):
+                    self.advance()
+            except BaseException as e:  # reported when the block ends
+                failed.append(e)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(60)
+        assert not failed, f"the pipeline failed while advancing: {failed[0]!r}"
+
+    def _catalog(self, **properties: str) -> Any:
+        from pyiceberg.catalog import load_catalog
+
+        return load_catalog(
+            "ls", type="rest", uri=self.service.uri, token=ADMIN_TOKEN, **properties
+        )
+
+
+def start_pipeline(service: Any, barriers: int = 2) -> Pipeline:
+    """The three jobs registered, their tables created empty, ``barriers`` written."""
+    from lockstep.topology.model import JobSpec
+
+    pipeline = Pipeline(service)
+    store = service.store
+    for job, sources, table in JOBS:
+        store.register_job(JobSpec(job, sources=sources, sinks=(table,)))
+    admin = pipeline._catalog()
+    admin.create_namespace("default")
+    for table in TABLES:
+        admin.create_table(f"default.{table}", SCHEMA)
+    pipeline.tokens.update({job: store.attach(job).token for job, _, _ in JOBS})
+    for _ in range(barriers):
+        pipeline.advance()
+    return pipeline
+
+
+def duckdb_with_iceberg(extension_directory: Any) -> Any:
+    """A DuckDB connection with the iceberg extension loaded offline from its PyPI wheels
+    (avro, httpfs and iceberg, avro first); pytest.skip if a wheel is missing."""
+    import importlib.util
+    from pathlib import Path
+
+    import duckdb
+    import pytest
+
+    con = duckdb.connect(config={"extension_directory": str(extension_directory)})
+    for name in ("avro", "httpfs", "iceberg"):
+        spec = importlib.util.find_spec(f"duckdb_extension_{name}")
+        if spec is None or not spec.submodule_search_locations:
+            pytest.skip(f"duckdb-extension-{name} is not installed")
+        folder = Path(next(iter(spec.submodule_search_locations)))
+        file = folder / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
+        con.execute(f"LOAD '{file}'")
+    return con
