@@ -105,7 +105,7 @@ def test_a_version_1_store_gains_the_operations_tables_and_heartbeats(tmp_path: 
     assert store.list_barriers()[0].barrier_id == 1  # data kept
     assert store.revisions() == []
     with store.engine.connect() as connection:
-        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 7
+        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 8
         kept = connection.execute(text("SELECT job_id, token, seen_at FROM ls_job_instance"))
         assert kept.all() == [("j", 1, None)]  # the instance kept, never seen since
     indexes = {i["name"] for i in inspect(store.engine).get_indexes("ls_job_source")}

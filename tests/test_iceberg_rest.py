@@ -214,7 +214,7 @@ def test_refusals_use_the_iceberg_error_model(iceberg_service: CatalogService) -
     assert "not a readable Iceberg table metadata file" in error(
         missing, 400, "BadRequestException"
     )
-    unknown = httpx.get(f"{uri}/v1/namespaces/shop/views", headers=admin)
+    unknown = httpx.get(f"{uri}/v1/namespaces/shop/plan", headers=admin)
     error(unknown, 404, "NoSuchEndpointException")
     metrics = httpx.post(
         f"{uri}/v1/namespaces/shop/tables/t/metrics",
@@ -236,7 +236,8 @@ def test_config_names_the_endpoints_clients_may_call(iceberg_service: CatalogSer
     assert config["overrides"] == {}
     assert "POST /v1/{prefix}/transactions/commit" in config["endpoints"]
     assert "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}" in config["endpoints"]
-    assert len(config["endpoints"]) == 16
+    assert "POST /v1/{prefix}/views/rename" in config["endpoints"]
+    assert len(config["endpoints"]) == 23  # 16 of tables and namespaces, 7 of views
 
 
 def _change(table: Any, requirements: tuple[Any, ...], updates: tuple[Any, ...]) -> Any:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from iceberg_rest_pipeline import JOIN, Pipeline, duckdb_with_iceberg, start_pipeline
-from service_fixtures import READ_TOKEN
+from service_fixtures import ADMIN_TOKEN, READ_TOKEN
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -95,32 +95,85 @@ def test_duckdb_reads_one_barrier_under_each_view(pipeline: Pipeline, tmp_path: 
     assert pipeline.committed > first
 
 
+def _spark_catalog(spark: Any, pipeline: Pipeline, name: str, token: str, **more: str) -> str:
+    """Register the served catalog in ``spark`` as ``name`` (with ``more`` properties)."""
+    settings = {
+        "": "org.apache.iceberg.spark.SparkCatalog",
+        ".type": "rest",
+        ".uri": pipeline.service.uri,
+        ".token": token,
+        ".cache-enabled": "false",
+        **{f".{k}": v for k, v in more.items()},
+    }
+    for key, value in settings.items():
+        spark.conf.set(f"spark.sql.catalog.{name}{key}", value)
+    return name
+
+
+def _spark_rows(spark: Any, query: str) -> list[tuple[Any, ...]]:
+    return [
+        tuple(int(x or 0) if isinstance(x, int) or x is None else x for x in r)
+        for r in spark.sql(query).collect()
+    ]
+
+
 @pytest.mark.spark
 def test_spark_reads_one_barrier_under_each_view(pipeline: Pipeline, spark_base: Any) -> None:
     spark = spark_base.newSession()
 
-    def catalog(name: str, warehouse: str) -> str:
-        settings = {
-            "": "org.apache.iceberg.spark.SparkCatalog",
-            ".type": "rest",
-            ".uri": pipeline.service.uri,
-            ".token": READ_TOKEN,
-            ".warehouse": warehouse,
-            ".cache-enabled": "false",
-        }
-        for key, value in settings.items():
-            spark.conf.set(f"spark.sql.catalog.{name}{key}", value)
-        return name
-
     def join(name: str) -> tuple[int, ...]:
-        (row,) = spark.sql(JOIN.format(**{t: f"{name}.default.{t}" for t in "abc"})).collect()
-        return tuple(int(x or 0) for x in row)
+        (row,) = _spark_rows(spark, JOIN.format(**{t: f"{name}.default.{t}" for t in "abc"}))
+        return row
 
     with pipeline.advancing(pause_s=0.5):  # leave Spark's JVM a core of the two
         for i in range(SPARK_READS):
-            view = catalog(f"rr{i}", CONSISTENT)
+            view = _spark_catalog(spark, pipeline, f"rr{i}", READ_TOKEN, warehouse=CONSISTENT)
             first = pipeline.check(join(view))  # type: ignore[arg-type]
             n = pipeline.committed
-            assert pipeline.check(join(catalog(f"b{i}", f"lockstep:barrier={n}"))) == n  # type: ignore[arg-type]
+            at_n = _spark_catalog(
+                spark, pipeline, f"b{i}", READ_TOKEN, warehouse=f"lockstep:barrier={n}"
+            )
+            assert pipeline.check(join(at_n)) == n  # type: ignore[arg-type]
             assert join(view)[0] == first
     assert pipeline.committed > first
+
+
+@pytest.mark.spark
+def test_a_spark_view_reads_its_tables_at_the_barrier_of_its_catalog(
+    pipeline: Pipeline, spark_base: Any
+) -> None:
+    """#40 item 4: Spark's CREATE VIEW, SELECT, CREATE OR REPLACE VIEW (Iceberg's Spark 3.5
+    extensions refuse ALTER VIEW ... AS, naming it), ALTER VIEW ... SET TBLPROPERTIES and
+    DROP VIEW through the catalog;
+    the view's SQL names its tables relative to the catalog, so read under a barrier view
+    it joins them at that barrier."""
+    spark = spark_base.newSession()
+    admin = _spark_catalog(spark, pipeline, "views_admin", ADMIN_TOKEN)
+    spark.sql(f"USE {admin}.default")  # the view's names resolve in the catalog that serves it
+    spark.sql(
+        f"CREATE VIEW {admin}.default.ab AS SELECT a.k, a.v AS av, b.v AS bv "
+        "FROM default.a a JOIN default.b b ON a.k = b.k"
+    )
+    assert _spark_rows(spark, f"SHOW VIEWS IN {admin}.default") == [("default", "ab", False)]
+    with pipeline.advancing(pause_s=0.5):
+        n = pipeline.committed
+        at_n = _spark_catalog(
+            spark, pipeline, "views_b", READ_TOKEN, warehouse=f"lockstep:barrier={n}"
+        )
+        truth = pipeline.truth[n]
+        query = f"SELECT count(*), sum(av), sum(bv) FROM {at_n}.default.ab"
+        assert _spark_rows(spark, query) == [(n, truth[4], truth[5])]
+        spark.sql(
+            f"CREATE OR REPLACE VIEW {admin}.default.ab AS SELECT b.k, b.v AS av, c.v AS bv "
+            "FROM default.b b JOIN default.c c ON b.k = c.k"
+        )
+        assert _spark_rows(spark, query) == [(n, truth[5], truth[6])]  # the new definition
+    spark.sql(f"ALTER VIEW {admin}.default.ab SET TBLPROPERTIES ('audience' = 'dashboards')")
+    from pyiceberg.catalog import load_catalog
+
+    stock = load_catalog("r", type="rest", uri=pipeline.service.uri, token=READ_TOKEN)
+    loaded = stock.load_view("default.ab")  # pyiceberg's view models read it too
+    assert loaded.metadata.properties["audience"] == "dashboards"
+    assert len(loaded.metadata.versions) == 2
+    spark.sql(f"DROP VIEW {admin}.default.ab")
+    assert _spark_rows(spark, f"SHOW VIEWS IN {admin}.default") == []

@@ -19,7 +19,7 @@ from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 pytest.importorskip("pyiceberg")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-ICEBERG_TABLES = {"ls_iceberg_namespace", "ls_iceberg_table"}
+ICEBERG_TABLES = {"ls_iceberg_namespace", "ls_iceberg_table", "ls_iceberg_view"}
 
 
 def test_a_version_3_store_gains_the_iceberg_catalog_tables(tmp_path: Path) -> None:

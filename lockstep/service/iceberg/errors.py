@@ -47,6 +47,21 @@ class NoSuchIcebergTableError(IcebergCatalogError):
         self.table = table
 
 
+class NoSuchViewError(IcebergCatalogError):
+    def __init__(self, view: object) -> None:
+        super().__init__(f"view {str(view)!r} does not exist")
+        self.view = str(view)
+
+
+class ViewExistsError(IcebergCatalogError):
+    """A view's name is taken (by a view or a table: they share names)."""
+
+    def __init__(self, namespace: Sequence[str], name: str) -> None:
+        super().__init__(f"{_dotted([*namespace, name])!r} already exists (as a table or a view)")
+        self.namespace = tuple(namespace)
+        self.name = name
+
+
 class NamespaceExistsError(IcebergCatalogError):
     def __init__(self, namespace: Sequence[str]) -> None:
         super().__init__(f"namespace {_dotted(namespace)!r} already exists")
@@ -102,6 +117,8 @@ class UnprocessableRequestError(IcebergCatalogError):
 ICEBERG_STATUS: tuple[tuple[type[LockstepError], int, str], ...] = (
     (NoSuchNamespaceError, 404, "NoSuchNamespaceException"),
     (NoSuchIcebergTableError, 404, "NoSuchTableException"),
+    (NoSuchViewError, 404, "NoSuchViewException"),
+    (ViewExistsError, 409, "AlreadyExistsException"),
     (NamespaceExistsError, 409, "AlreadyExistsException"),
     (IcebergTableExistsError, 409, "AlreadyExistsException"),
     (NamespaceNotEmptyError, 409, "NamespaceNotEmptyException"),

@@ -44,13 +44,17 @@ from lockstep.service.iceberg.models import (
     parse,
 )
 from lockstep.service.iceberg.names import (
+    SEPARATOR,
     Namespace,
     TableName,
     namespace_from_path,
     namespace_of,
     table_name,
 )
+from lockstep.service.iceberg.paging import page
 from lockstep.service.iceberg.pinned import PinnedViews, ReadOnlyViewError
+from lockstep.service.iceberg.view_routes import VIEW_ENDPOINTS, add_view_routes
+from lockstep.service.iceberg.views import ServedViews
 
 JsonBody = Annotated[Any, Body()]
 _PREFIX = "/v1/{prefix}"
@@ -115,11 +119,13 @@ def build_router(catalog: ServedCatalog, views: PinnedViews) -> APIRouter:
         # the job runtime reads the default to know that this catalog fences and stamps
         # its commits (fencing.py); other clients ignore a property they do not know
         defaults = {COMMIT_GUARD_PROPERTY: "true"}
-        endpoints = [str(e) for e in ENDPOINTS]
+        endpoints = [str(e) for e in (*ENDPOINTS, *VIEW_ENDPOINTS)]
         return {"defaults": defaults, "overrides": overrides, "endpoints": endpoints}
 
-    _add_namespaces(router, catalog)
+    served_views = ServedViews(catalog.engine, catalog.files, catalog.clock)
+    _add_namespaces(router, catalog, served_views)
     _add_tables(router, catalog, views)
+    add_view_routes(router, served_views)  # view_routes.py
     _add_commits(router, catalog)
     return router
 
@@ -144,7 +150,7 @@ def pinned_view(views: PinnedViews) -> Callable[[Request, Caller], None]:
     return check
 
 
-def _add_namespaces(router: APIRouter, catalog: ServedCatalog) -> None:
+def _add_namespaces(router: APIRouter, catalog: ServedCatalog, served_views: ServedViews) -> None:
     @router.get("/namespaces")
     def list_namespaces(
         _: Reader,
@@ -152,10 +158,12 @@ def _add_namespaces(router: APIRouter, catalog: ServedCatalog) -> None:
         page_token: Annotated[str | None, Query(alias="pageToken")] = None,
         page_size: Annotated[int | None, Query(alias="pageSize")] = None,
     ) -> Response:
-        # one page holds every namespace (no next-page-token), as the spec allows
         under: Namespace = namespace_from_path(parent) if parent else ()
-        found = catalog.list_namespaces(under)
-        return _json(ListNamespaceResponse(namespaces=found))
+        found = {SEPARATOR.join(ns): ns for ns in catalog.list_namespaces(under)}
+        shown, token = page(list(found), page_token, page_size)  # paging.py
+        namespaces = [found[name] for name in shown]
+        body = {"namespaces": namespaces, "next-page-token": token}
+        return _json(ListNamespaceResponse.model_validate(body))
 
     @router.post("/namespaces")
     def create_namespace(body: JsonBody, _: Admin) -> Response:
@@ -177,6 +185,7 @@ def _add_namespaces(router: APIRouter, catalog: ServedCatalog) -> None:
 
     @router.delete("/namespaces/{namespace}")
     def drop_namespace(namespace: str, _: Admin) -> Response:
+        served_views.check_no_views(namespace_from_path(namespace))
         catalog.drop_namespace(namespace_from_path(namespace))
         return _no_content()
 
@@ -201,9 +210,13 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
         page_token: Annotated[str | None, Query(alias="pageToken")] = None,
         page_size: Annotated[int | None, Query(alias="pageSize")] = None,
     ) -> Response:
-        tables = catalog.list_tables(namespace_from_path(namespace))
-        entries = [ListTableResponseEntry(namespace=t.namespace, name=t.name) for t in tables]
-        return _json(ListTablesResponse(identifiers=entries))
+        levels = namespace_from_path(namespace)
+        names = [t.name for t in catalog.list_tables(levels)]
+        shown, token = page(names, page_token, page_size)  # paging.py
+        entries = [ListTableResponseEntry(namespace=levels, name=n) for n in shown]
+        return _json(
+            ListTablesResponse.model_validate({"identifiers": entries, "next-page-token": token})
+        )
 
     @router.post("/namespaces/{namespace}/tables")
     def create_table(namespace: str, body: JsonBody, _: Admin) -> Response:

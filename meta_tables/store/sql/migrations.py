@@ -19,6 +19,7 @@ from lockstep.errors import StoreVersionError
 from lockstep.meta_tables.store.sql import heads
 from lockstep.meta_tables.store.sql.schema import (
     Base,
+    IcebergViewRow,
     JobSourceRow,
     SchemaVersionRow,
     TableHeadRow,
@@ -27,7 +28,7 @@ from lockstep.meta_tables.store.sql.schema import (
 
 MigrationStep = Callable[[Connection], None]
 
-CURRENT_VERSION = 7
+CURRENT_VERSION = 8
 _PG_MIGRATION_LOCK = 0x4C6F636B  # advisory lock key: one migrating process at a time
 
 
@@ -92,6 +93,12 @@ def _index_versions_by_barrier_and_table(connection: Connection) -> None:
 _V7_INDEX = "ix_ls_table_version_barrier_table"
 
 
+def _add_iceberg_views(connection: Connection) -> None:
+    """Version 8: the views of the service's Iceberg REST catalog."""
+    table = Base.metadata.tables[IcebergViewRow.__tablename__]
+    table.create(connection, checkfirst=True)
+
+
 # STEPS[v] upgrades a store from version v-1 to version v. Version 1 is the first release.
 STEPS: dict[int, MigrationStep] = {
     2: _add_operations_tables,
@@ -100,6 +107,7 @@ STEPS: dict[int, MigrationStep] = {
     5: _index_job_sources_by_table,
     6: _add_table_heads,
     7: _index_versions_by_barrier_and_table,
+    8: _add_iceberg_views,
 }
 
 

@@ -280,3 +280,18 @@ class IcebergTableRow(Base):
     metadata_location: Mapped[str] = mapped_column(Text)
     previous_metadata_location: Mapped[str | None] = mapped_column(Text, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UtcMicros)
+
+
+class IcebergViewRow(Base):
+    """A view of that catalog (schema version 8): the pointer to its current view metadata
+    file, moved by compare-and-set as a table's is. Tables and views share names: the
+    catalog refuses a view named as a table of its namespace, and a table named as a view."""
+
+    __tablename__ = "ls_iceberg_view"
+    namespace: Mapped[str] = mapped_column(
+        ForeignKey("ls_iceberg_namespace.name"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    metadata_location: Mapped[str] = mapped_column(Text)
+    previous_metadata_location: Mapped[str | None] = mapped_column(Text, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UtcMicros)
