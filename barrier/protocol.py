@@ -16,7 +16,7 @@ from lockstep.errors import FencedError, ProtocolError
 from lockstep.topology.model import JobSpec
 
 
-class Outcome(enum.Enum):
+class Decision(enum.Enum):
     APPLY = "apply"
     ALREADY_DONE = "already_done"
 
@@ -35,13 +35,13 @@ def check_input_cut(
     started: bool,
     processed: bool,
     persisted: bool,
-) -> Outcome:
+) -> Decision:
     """A root job persists each external source's cut of a barrier it has started, before
     processing it; the first cut persisted is the one every replay reads (ALREADY_DONE).
 
     >>> spec = JobSpec("load", sinks=("orders",), external_sources=("feed",))
     >>> check_input_cut(spec, 3, "feed", started=True, processed=False, persisted=False)
-    <Outcome.APPLY: 'apply'>
+    <Decision.APPLY: 'apply'>
     """
     if source not in spec.external_sources:
         declared = ", ".join(spec.external_sources) or "(none)"
@@ -52,7 +52,7 @@ def check_input_cut(
             "declare it when registering the job (external_sources=, or Job(root_sources=))",
         )
     if persisted:
-        return Outcome.ALREADY_DONE
+        return Decision.ALREADY_DONE
     if processed:
         raise ProtocolError(
             spec.job_id,
@@ -67,7 +67,7 @@ def check_input_cut(
             "the job has not started this barrier: take it with next_barrier() first, then "
             "persist its input cuts before reading",
         )
-    return Outcome.APPLY
+    return Decision.APPLY
 
 
 def check_sinks(spec: JobSpec, barrier_id: int, snapshots: Mapping[str, int | None]) -> None:
@@ -111,7 +111,7 @@ def check_processed(
     expected_barrier: int | None,
     last_written: int | None,
     unavailable_sources: Sequence[str],
-) -> Outcome:
+) -> Decision:
     """Decide whether a PROCESSED report for ``barrier_id`` is applied, a repeat, or refused.
 
     ``expected_barrier`` is the job's next barrier (None if none is available yet) and
@@ -121,7 +121,7 @@ def check_processed(
     if existing:
         differing = sorted(t for t, v in existing.items() if v.snapshot_id != snapshots.get(t))
         if not differing and len(existing) == len(spec.sinks):
-            return Outcome.ALREADY_DONE
+            return Decision.ALREADY_DONE
         state = next(iter(existing.values())).state
         raise ProtocolError(
             spec.job_id,
@@ -157,7 +157,7 @@ def check_processed(
         raise ProtocolError(
             spec.job_id, barrier_id, f"out of order: {want}; process barriers in order"
         )
-    return Outcome.APPLY
+    return Decision.APPLY
 
 
 def check_written(
@@ -166,7 +166,7 @@ def check_written(
     snapshots: Mapping[str, int | None] | None,
     *,
     existing: Mapping[str, TableVersion],
-) -> tuple[Outcome, dict[str, int | None]]:
+) -> tuple[Decision, dict[str, int | None]]:
     """Decide a WRITTEN report; returns the outcome and the published snapshot per sink.
 
     ``snapshots`` may be None (the staged snapshots were published as they are, e.g. by a
@@ -191,11 +191,11 @@ def check_written(
                 barrier_id,
                 f"already WRITTEN with other snapshots for {', '.join(differing)}",
             )
-        return Outcome.ALREADY_DONE, published
-    return Outcome.APPLY, published
+        return Decision.ALREADY_DONE, published
+    return Decision.APPLY, published
 
 
-def check_abort(spec: JobSpec, barrier_id: int, existing: Mapping[str, TableVersion]) -> Outcome:
+def check_abort(spec: JobSpec, barrier_id: int, existing: Mapping[str, TableVersion]) -> Decision:
     """A PROCESSED barrier may be aborted; a WRITTEN one never (DESIGN §2)."""
     if any(v.state is VersionState.WRITTEN for v in existing.values()):
         raise ProtocolError(
@@ -203,4 +203,4 @@ def check_abort(spec: JobSpec, barrier_id: int, existing: Mapping[str, TableVers
             barrier_id,
             "cannot abort a WRITTEN barrier; a published version is only undone by a revision",
         )
-    return Outcome.APPLY if existing else Outcome.ALREADY_DONE
+    return Decision.APPLY if existing else Decision.ALREADY_DONE

@@ -123,7 +123,7 @@ def test_a_version_5_store_gains_table_heads_filled_from_its_versions(tmp_path: 
     from the versions a store already has, so reads resolve the same right after."""
     from sqlalchemy import inspect
 
-    from lockstep.meta_tables.store.sql import resolve
+    from lockstep.meta_tables.store.sql.resolution import resolve
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
     from lockstep.readers.model import ConsistencyLevel
     from lockstep.topology.model import JobSpec

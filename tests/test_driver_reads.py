@@ -1,4 +1,4 @@
-"""Statements on the driver's own cursor (``store/sql/driver.py``): resolve's, and the
+"""Statements on the DB-API cursor (``store/sql/io/cursor.py``): resolve's, and the
 reads in a write's transaction.
 
 The contract suites check its answers on SQLite and PostgreSQL. These check what it does to
@@ -18,8 +18,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from lockstep.errors import StoreError
-from lockstep.meta_tables.store.sql import driver, rows
-from lockstep.meta_tables.store.sql.driver import leave_autocommit
+from lockstep.meta_tables.store.sql.io import cursor, versions
+from lockstep.meta_tables.store.sql.io.cursor import leave_autocommit
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import ConsistencyLevel
 from lockstep.topology.model import JobSpec
@@ -118,7 +118,7 @@ def test_a_read_in_a_write_fails_as_the_store_says_and_a_dropped_connection_is_r
     leave as SQLAlchemy's, so the store words them as for any statement, and a connection
     the server dropped is invalidated rather than handed out again."""
     store = one_connection_store
-    missing = driver.Statement.compile(
+    missing = cursor.Statement.compile(
         select(literal_column("1")).select_from(table("ls_no_such_table")), store.engine.dialect, []
     )
     with pytest.raises(StoreError, match="ls_no_such_table"):
@@ -128,9 +128,9 @@ def test_a_read_in_a_write_fails_as_the_store_says_and_a_dropped_connection_is_r
     def read_after_the_drop(s: Session) -> object:
         s.connection()  # the transaction holds the pool's one connection
         _terminate(postgres_url, first)
-        return rows.versions_at(s, ["t"], 1)
+        return versions.versions_at(s, ["t"], 1)
 
     with pytest.raises(StoreError, match="metadata store write failed"):
         store._write(read_after_the_drop)
-    assert store._write(lambda s: rows.versions_at(s, ["t"], 1))["t"].barrier_id == 1
+    assert store._write(lambda s: versions.versions_at(s, ["t"], 1))["t"].barrier_id == 1
     assert _backend_pid(store) != first

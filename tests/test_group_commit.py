@@ -6,7 +6,6 @@ store does once for a group rather than per call."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +22,9 @@ from sqlalchemy.orm import Session
 from lockstep.barrier.calls import Call, NextBarrier, Outcome, Processed, WrittenAndNext
 from lockstep.barrier.model import VersionState
 from lockstep.errors import FencedError, StoreError
-from lockstep.meta_tables.store.sql import rows
+from lockstep.meta_tables.store.sql.batching.grouped import Grouped
+from lockstep.meta_tables.store.sql.batching.immediate import Immediate
+from lockstep.meta_tables.store.sql.io.progress import progress_row
 from lockstep.meta_tables.store.sql.schema import JobBarrierRow
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.topology.model import JobSpec
@@ -192,7 +193,7 @@ def test_a_group_loads_its_jobs_reads_ahead_writes_refreshes_heads_and_announces
     assert count("INSERT INTO ls_table_head") == 1  # one refresh of both tables' heads
     assert count("SELECT DISTINCT ls_job_source.job_id") == 1  # one lookup of the readers
     assert count("INSERT INTO ls_job_barrier") == 1  # both jobs' progress in one statement
-    # group_io: the versions both reports read, read ahead at once; their writes held, then
+    # the group's batch: the versions both reports read, read ahead at once; their writes held, then
     # sent in one executemany each (the next-barrier looks after the WRITTEN reports are
     # told the barrier just written, so they need not see the writes)
     read_ahead = ("FROM ls_table_version", "json_each")
@@ -259,7 +260,7 @@ def test_a_repeated_written_report_hands_on_no_barrier_already_written(
 def test_progress_noted_in_a_group_is_written_as_one_by_one_statements_leave_it(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    """rows.progress_deferred merges a job's notes on a barrier as the upserts one after
+    """A group's batch merges a job's progress on a barrier as the upserts one after
     another would: the first start kept, the newest token, processed and written."""
     t = [clock.advance(1) for _ in range(4)]
     notes: list[dict[str, Any]] = [
@@ -276,10 +277,12 @@ def test_progress_noted_in_a_group_is_written_as_one_by_one_statements_leave_it(
         store.issue_barrier()
 
         def record(s: Session, deferred: bool = deferred) -> None:
-            with rows.progress_deferred(s) if deferred else contextlib.nullcontext():
-                rows.record_progress(s, "sum_price", 1, 1, started=t[0])  # another barrier
-                for note in notes:
-                    rows.record_progress(s, "sum_price", 2, **note)
+            batch = Grouped(s) if deferred else Immediate(s)
+            batch.record_progress(progress_row("sum_price", 1, 1, started=t[0]))  # another
+            for note in notes:
+                batch.record_progress(progress_row("sum_price", 2, **note))
+            if isinstance(batch, Grouped):
+                batch.finish()
 
         store._write(record)
         token = store._read(lambda s: s.get(JobBarrierRow, ("sum_price", 2)).token)

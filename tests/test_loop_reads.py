@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from lockstep.meta_tables.store.base import MetadataStore
-from lockstep.meta_tables.store.sql.loop_reads import LoopReads
+from lockstep.meta_tables.store.sql.resolution.on_loop import LoopReads
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import ConsistencyLevel
 from lockstep.remote import RemoteMetadataStore

@@ -32,7 +32,7 @@ from pg_plans import (
 from pg_server import fresh_database
 from sqlalchemy import select
 
-from lockstep.meta_tables.store.sql import head_cache
+from lockstep.meta_tables.store.sql.resolution import head_cache
 from lockstep.meta_tables.store.sql.schema import TableHeadRow
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 

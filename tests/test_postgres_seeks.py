@@ -15,7 +15,7 @@ from sqlalchemy import event, text
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import VersionState
-from lockstep.meta_tables.store.sql.rows import versions_at
+from lockstep.meta_tables.store.sql.io.versions import versions_at
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.topology.model import JobSpec
 

@@ -28,7 +28,8 @@ from test_properties import topologies
 
 from lockstep.barrier.model import FoundVersion
 from lockstep.errors import LockstepError
-from lockstep.meta_tables.store.sql import resolve, retention
+from lockstep.meta_tables.store.sql import retention
+from lockstep.meta_tables.store.sql.resolution import resolve
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import ConsistencyLevel
 from lockstep.topology.model import JobSpec

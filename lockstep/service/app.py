@@ -70,10 +70,26 @@ from lockstep.service.status import collect_status, render_status_page
 from lockstep.topology.model import JobSpec
 
 if TYPE_CHECKING:
-    from lockstep.meta_tables.store.sql.loop_reads import LoopReads
+    from lockstep.meta_tables.store.sql.resolution.on_loop import LoopReads
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 DEFAULT_THREADS = 4  # store calls running at once per process (AnyIO's default is 40)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Refusals as the wire's error envelope (``lockstep/api/wire.py``)."""
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid_request(_request: Request, error: RequestValidationError) -> JSONResponse:
+        return refusal(invalid_request(error.errors()))
+
+    @app.exception_handler(LockstepError)
+    def _lockstep_error(_request: Request, error: LockstepError) -> JSONResponse:
+        return refusal(error)
+
+    @app.exception_handler(HTTPException)
+    def _http_error(_request: Request, error: HTTPException) -> JSONResponse:
+        return http_refusal(error)
 
 
 def create_app(
@@ -103,7 +119,7 @@ def create_app(
     long polls' looks, which hold at most half). The work is mostly Python holding the
     GIL between short store round trips, so a few threads keep the process busy; more
     only contend for the GIL: a 1,000-job barrier took 19% less time with 4 than with 12
-    (docs/benchmarks.md, Platform, "Eighth round").
+    (docs/benchmarks.md, "Platform").
 
     ``fast_path``: the job protocol's three hot routes and resolve are answered by
     ``fast_path.py`` rather than by FastAPI's routing (the same endpoints and answers, for
@@ -121,18 +137,7 @@ def create_app(
     hosts = frozenset(allowed_hosts)
     app.add_middleware(Guard, tokens=tokens, max_body_bytes=max_body_bytes, allowed_hosts=hosts)
 
-    @app.exception_handler(RequestValidationError)
-    def _invalid_request(_request: Request, error: RequestValidationError) -> JSONResponse:
-        return refusal(invalid_request(error.errors()))
-
-    @app.exception_handler(LockstepError)
-    def _lockstep_error(_request: Request, error: LockstepError) -> JSONResponse:
-        return refusal(error)
-
-    @app.exception_handler(HTTPException)
-    def _http_error(_request: Request, error: HTTPException) -> JSONResponse:
-        return http_refusal(error)
-
+    _add_error_handlers(app)
     app.state.tokens = tokens
     add_metrics(app, store, token=metrics_token)  # GET /metrics, and request counting
     _add_pages(app, store)
@@ -328,7 +333,7 @@ def _loop_reads(app: FastAPI, store: MetadataStore) -> LoopReads | None:
     """Resolution on the event loop, for a store on PostgreSQL (closed with the app)."""
     if not isinstance(store, SqlMetadataStore) or store.engine.dialect.name != "postgresql":
         return None
-    from lockstep.meta_tables.store.sql.loop_reads import LoopReads  # needs psycopg
+    from lockstep.meta_tables.store.sql.resolution.on_loop import LoopReads  # needs psycopg
 
     reads = LoopReads(store.engine)
     app.router.on_shutdown.append(reads.close)

@@ -1,4 +1,7 @@
 """The SQLAlchemy metadata store: :class:`~.store.SqlMetadataStore` is the transaction
-policy; each concern's queries are a module (``protocol``, ``resolve``, ``leases``,
-``revision``, ``retention``, ``repair``, ``topology``); ``schema``/``migrations`` the tables,
-``engine`` the SQLite/PostgreSQL connection set-up, ``export`` the Arrow export."""
+policy; the job protocol's store functions are ``protocol/``, how their reads and writes
+reach the database (alone, or a group's) ``batching/``, the statements and what they read
+``io/``, resolution ``resolution/``; one module per other concern (``leases``,
+``revision``, ``retention``, ``repair``, ``topology``, ``heads``, ``wakeups``);
+``schema``/``migrations`` the tables, ``engine`` the SQLite/PostgreSQL connection set-up,
+``export`` the Arrow export. The layout, room by room: docs/architecture.md."""

@@ -6,8 +6,8 @@ on every read, the store keeps them in ``ls_table_head``, one row per table, wri
 same transaction as every change to a table's versions:
 
 - a report (PROCESSED versions inserted, then published WRITTEN) and an abort (PROCESSED
-  versions dropped): ``protocol``; in a group of reports (``group_commit.py``), once for
-  the whole group, before it commits;
+  versions dropped): ``protocol/reports.py``, through its batch; in a group of reports,
+  once for the whole group, before it commits (``batching/grouped.py``);
 - a revision (versions after the target set aside): ``revision``;
 - a repair (versions restored WRITTEN, barrier times corrected): ``repair``, which
   rebuilds every table's heads (a head also holds its newest WRITTEN barrier's issue time);
@@ -22,7 +22,7 @@ tables, sent in the writer's transaction, so delivered if, and only once, it com
 service's memory of the heads (:mod:`.head_cache`) forgets those tables when it hears it.
 Reports are not announced: memory checks the heads of the tables it holds twice a second
 instead, since a NOTIFY wakes every listening server process at the writer's commit, which
-cost a barrier through 1,000 jobs 9% (docs/benchmarks.md, Platform, "Thirteenth round").
+cost a barrier through 1,000 jobs 9% (docs/design.md §3, "Memory of the heads").
 
 A refresh recomputes the heads of the tables it is given from their versions (two index
 seeks per table), so it is right whatever the change was. Every writer of a table's
@@ -34,9 +34,8 @@ same answer.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Insert, ScalarSelect, bindparam, func, select
@@ -45,7 +44,8 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql import ColumnElement, FromClause
 
 from lockstep.barrier.model import VersionState
-from lockstep.meta_tables.store.sql import rows, wakeups
+from lockstep.meta_tables.store.sql import wakeups
+from lockstep.meta_tables.store.sql.io.postgres import unnested_names
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     TableHeadRow,
@@ -79,7 +79,7 @@ def _upsert(dialect: str, every_table: bool) -> Insert:
         name = TableRow.__table__.c.table_name
         names: FromClause = TableRow.__table__
     else:
-        unnested = rows.unnested_names()
+        unnested = unnested_names()
         name, names = unnested.c.name, unnested
     newest_written = _newest(names, name, True)
     issued = select(BarrierRow.ts).where(BarrierRow.barrier_id == newest_written).correlate(names)
@@ -104,28 +104,11 @@ def _upsert(dialect: str, every_table: bool) -> Insert:
     )
 
 
-_DEFERRED = "lockstep_deferred_heads"  # Session.info: tables whose refresh waits
-
-
-@contextlib.contextmanager
-def deferred(s: Session) -> Iterator[None]:
-    """Within the block, refreshes only note their tables; at its end (not at an error,
-    which rolls the transaction back) one refresh recomputes them all. For a group of
-    protocol calls (``group_commit.py``): none of them reads the heads."""
-    with rows.gathering(s, _DEFERRED) as tables:
-        yield
-    refresh(s, sorted(tables))
-
-
 def refresh(s: Session, tables: Sequence[str], *, history: bool = False) -> None:
     """Recompute the heads of ``tables`` from their versions, in the caller's transaction;
     ``history``: the change rewrote their WRITTEN history (a revision): announced.
 
     Runs on the session's connection: flush pending ORM changes to the versions first."""
-    waiting: set[str] | None = s.info.get(_DEFERRED)
-    if waiting is not None and not history:
-        waiting.update(tables)
-        return
     if tables:
         connection = s.connection()
         statement = _upsert(connection.dialect.name, False)

@@ -11,7 +11,8 @@ from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import TableVersion, VersionState
 from lockstep.errors import LeaseError
-from lockstep.meta_tables.store.sql import resolve, retention
+from lockstep.meta_tables.store.sql import retention
+from lockstep.meta_tables.store.sql.resolution import resolve
 from lockstep.meta_tables.store.sql.schema import LeaseRow, LeaseSnapshotRow, TableVersionRow
 from lockstep.readers.model import ConsistencyLevel, Lease, SnapshotSet
 

@@ -20,7 +20,9 @@ from sqlalchemy.orm import Session
 from lockstep.barrier.model import CommitState, FoundVersion, TableVersion, VersionState
 from lockstep.errors import InvalidRequestError
 from lockstep.meta_tables.store.sql import heads
-from lockstep.meta_tables.store.sql.rows import get_job, job_barrier, lock_job, to_version
+from lockstep.meta_tables.store.sql.io.jobs import get_job, lock_job
+from lockstep.meta_tables.store.sql.io.progress import job_barrier
+from lockstep.meta_tables.store.sql.io.versions import to_version
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     InputCutRow,

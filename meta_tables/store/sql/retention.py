@@ -20,7 +20,7 @@ from lockstep.barrier.model import TableRetention, TableVersion
 from lockstep.barrier.operations import rules
 from lockstep.errors import InvalidRequestError, SnapshotExpiredError
 from lockstep.meta_tables.store.sql import heads
-from lockstep.meta_tables.store.sql.resolve import WRITTEN, newest_barrier
+from lockstep.meta_tables.store.sql.resolution.resolve import WRITTEN, newest_barrier
 from lockstep.meta_tables.store.sql.schema import (
     JobRow,
     JobSinkRow,

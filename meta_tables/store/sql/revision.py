@@ -21,8 +21,8 @@ from lockstep.barrier.model import CommitState, RevisedTable, Revision, Revision
 from lockstep.barrier.operations import rules
 from lockstep.errors import InvalidRequestError, RevisionInProgressError, SnapshotExpiredError
 from lockstep.meta_tables.store.sql import heads, retention
-from lockstep.meta_tables.store.sql.resolve import WRITTEN, require_tables
-from lockstep.meta_tables.store.sql.rows import barrier, forget_job, load_topology, lock_job
+from lockstep.meta_tables.store.sql.io.jobs import barrier, load_topology, lock_job
+from lockstep.meta_tables.store.sql.resolution.resolve import WRITTEN, require_tables
 from lockstep.meta_tables.store.sql.schema import (
     JobBarrierRow,
     PendingCommitRow,
@@ -97,7 +97,6 @@ def begin(s: Session, table: str, to_barrier: int, *, full: bool, now: datetime)
     rules.check_no_overlap(open_revisions, revision)
     for job_id in sorted(revision.jobs):  # a fixed lock order: no deadlock between revisions
         lock_job(s, job_id).current_token += 1  # fences every running instance
-        forget_job(s, job_id)
     row = RevisionRow(
         table_name=table,
         to_barrier=revision.to_barrier,

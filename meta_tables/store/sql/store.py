@@ -1,11 +1,12 @@
 """The SQLAlchemy implementation of :class:`MetadataStore` (SQLite and PostgreSQL).
 
-This class is the transaction policy; the queries live in ``topology``,
-``protocol``, ``resolve`` and ``leases``. Each public method is one short
-transaction. Writes on SQLite begin with ``BEGIN IMMEDIATE`` (see ``engine.py``); on
-PostgreSQL a job's row is locked ``FOR UPDATE``, so reports, attaches and recoveries of one
-job are serialized across coordinator replicas. Conflicts (a unique key raced by another
-replica, a serialization failure, a busy SQLite file) are retried.
+This class is the transaction policy; the queries live in the modules beside it (the
+layout: docs/architecture.md). Each public method is one short transaction; a protocol
+call runs in it through a batch (``batching/``): alone, or one of a group. Writes on
+SQLite begin with ``BEGIN IMMEDIATE`` (see ``engine.py``); on PostgreSQL a job's row is
+locked ``FOR UPDATE``, so reports, attaches and recoveries of one job are serialized
+across coordinator replicas. Conflicts (a unique key raced by another replica, a
+serialization failure, a busy SQLite file) are retried.
 """
 
 from __future__ import annotations
@@ -39,24 +40,32 @@ from lockstep.errors import InvalidRequestError, LockstepError, RevisionInProgre
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql import (
     export,
-    group_commit,
     leases,
-    protocol,
-    resolve,
     retention,
     revision,
-    rounds,
-    rows,
     topology,
     wakeups,
 )
+from lockstep.meta_tables.store.sql.batching import groups
+from lockstep.meta_tables.store.sql.batching.immediate import Immediate
 from lockstep.meta_tables.store.sql.engine import (
     WRITE_OPTION,
     create_store_engine,
     no_free_connection,
 )
+from lockstep.meta_tables.store.sql.io import jobs
+from lockstep.meta_tables.store.sql.io.versions import to_version
 from lockstep.meta_tables.store.sql.migrations import migrate
 from lockstep.meta_tables.store.sql.pg_options import POOLER_HINT, pooler_error
+from lockstep.meta_tables.store.sql.protocol import (
+    announced,
+    next_barrier,
+    recovery,
+    reports,
+)
+from lockstep.meta_tables.store.sql.protocol import instances as job_instances
+from lockstep.meta_tables.store.sql.protocol.batch import Batch
+from lockstep.meta_tables.store.sql.resolution import resolve
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     JobBarrierRow,
@@ -164,6 +173,10 @@ class SqlMetadataStore(MetadataStore):
                     raise StoreError(f"metadata store write failed: {_described(e)}") from e
         raise AssertionError("unreachable")
 
+    def _alone(self, call: Callable[[Batch], T]) -> T:
+        """A protocol call alone, in a write transaction of its own."""
+        return self._write(lambda s: call(Immediate(s)))
+
     def _read(self, work: Callable[[Session], T]) -> T:
         with _read_errors(), Session(bind=self._engine, expire_on_commit=False) as session:
             with session.begin():
@@ -178,10 +191,10 @@ class SqlMetadataStore(MetadataStore):
         return self._write(lambda s: topology.register_jobs(s, specs, self._clock()))
 
     def unregister_job(self, job_id: str, *, force: bool = False) -> None:
-        self._write(lambda s: rounds.unregister_job(s, job_id, force=force, now=self._clock()))
+        self._write(lambda s: announced.unregister_job(s, job_id, force=force, now=self._clock()))
 
     def topology(self) -> Topology:
-        return self._read(rows.load_topology)
+        return self._read(jobs.load_topology)
 
     def table_status(self, tables: Collection[str] | None = None) -> list[TableStatus]:
         return self._read(lambda s: topology.table_status(s, tables))
@@ -189,10 +202,10 @@ class SqlMetadataStore(MetadataStore):
     # -- barriers --------------------------------------------------------------------------
 
     def issue_barrier(self) -> Barrier:
-        return self._write(lambda s: rounds.issue_barrier(s, self._clock()))
+        return self._write(lambda s: announced.issue_barrier(s, self._clock()))
 
     def get_barrier(self, barrier_id: int) -> Barrier:
-        return self._read(lambda s: rows.barrier(s, barrier_id))
+        return self._read(lambda s: jobs.barrier(s, barrier_id))
 
     def list_barriers(self, *, limit: int | None = None) -> list[Barrier]:
         query = select(BarrierRow).order_by(BarrierRow.barrier_id.desc()).limit(limit)
@@ -201,34 +214,38 @@ class SqlMetadataStore(MetadataStore):
     # -- job protocol ----------------------------------------------------------------------
 
     def attach(self, job_id: str) -> JobInstance:
-        return self._write(lambda s: rounds.attach(s, job_id, self._clock()))
+        return self._alone(lambda b: announced.attach(b, job_id, self._clock()))
 
     def heartbeat(self, job_id: str, token: int) -> None:
-        self._write(lambda s: protocol.heartbeat(s, job_id, token, self._clock()))
+        self._write(lambda s: job_instances.heartbeat(s, job_id, token, self._clock()))
 
     def record_seen(self, instances: Collection[tuple[str, int]]) -> None:
         if instances:
-            self._write(lambda s: protocol.record_seen(s, instances, self._clock()))
+            self._write(lambda s: job_instances.record_seen(s, instances, self._clock()))
 
     def next_barrier(self, job_id: str, token: int) -> Barrier | None:
         if self._engine.dialect.name == "postgresql":
             # one transaction, the job's row locked: there a read costs the round trips of
             # a write (a SQLite write would queue behind every other writer instead)
-            return self._write(
-                lambda s: protocol.start_next_barrier(s, job_id, token, self._clock())
+            return self._alone(
+                lambda b: next_barrier.start_next_barrier(b, job_id, token, self._clock())
             )
         # Polling is a read; only the first time a barrier is handed out is its start written.
-        barrier, needs_start = self._read(lambda s: protocol.find_next_barrier(s, job_id, token))
+        barrier, needs_start = self._read(
+            lambda s: next_barrier.find_next_barrier(Immediate(s), job_id, token)
+        )
         if barrier is None or not needs_start:
             return barrier
-        return self._write(lambda s: protocol.start_next_barrier(s, job_id, token, self._clock()))
+        return self._alone(
+            lambda b: next_barrier.start_next_barrier(b, job_id, token, self._clock())
+        )
 
     def report_processed(
         self, job_id: str, token: int, barrier_id: int, snapshots: Mapping[str, int | None]
     ) -> list[TableVersion]:
-        return self._write(
-            lambda s: protocol.report_processed(
-                s, job_id, token, barrier_id, snapshots, self._clock()
+        return self._alone(
+            lambda b: reports.report_processed(
+                b, job_id, token, barrier_id, snapshots, self._clock()
             )
         )
 
@@ -239,8 +256,10 @@ class SqlMetadataStore(MetadataStore):
         barrier_id: int,
         snapshots: Mapping[str, int | None] | None = None,
     ) -> list[TableVersion]:
-        versions, _ = self._write(
-            lambda s: rounds.report_written(s, job_id, token, barrier_id, snapshots, self._clock())
+        versions, _ = self._alone(
+            lambda b: announced.report_written(
+                b, job_id, token, barrier_id, snapshots, self._clock()
+            )
         )
         return versions
 
@@ -251,22 +270,22 @@ class SqlMetadataStore(MetadataStore):
         barrier_id: int,
         snapshots: Mapping[str, int | None] | None = None,
     ) -> tuple[list[TableVersion], Barrier | None]:
-        return self._write(
-            lambda s: rounds.report_written_and_next(
-                s, job_id, token, barrier_id, snapshots, self._clock()
+        return self._alone(
+            lambda b: announced.report_written_and_next(
+                b, job_id, token, barrier_id, snapshots, self._clock()
             )
         )
 
     def apply_calls(self, calls: Sequence[Call]) -> list[Outcome]:
-        """The calls in one transaction (``group_commit.py``). At a refused call that
+        """The calls in one transaction (``batching/groups.py``). At a refused call that
         transaction is rolled back, and the calls left are applied again without it."""
         outcomes: dict[int, Outcome] = {}
         left = list(enumerate(calls))
         while left:
-            group = functools.partial(group_commit.apply_in_order, calls=left, clock=self._clock)
+            group = functools.partial(groups.apply_in_order, calls=left, clock=self._clock)
             try:
                 outcomes.update(self._write(group))
-            except group_commit.Refused as refused:
+            except groups.Refused as refused:
                 outcomes[refused.index] = refused.error
                 left = [(i, call) for i, call in left if i != refused.index]
                 continue
@@ -290,26 +309,26 @@ class SqlMetadataStore(MetadataStore):
         return wakeups.subscribers.subscribe(wakeups.scope_of(self._engine), callback)
 
     def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
-        self._write(lambda s: rounds.report_aborted(s, job_id, token, barrier_id, self._clock()))
+        self._alone(lambda b: announced.report_aborted(b, job_id, token, barrier_id, self._clock()))
 
     def persist_input_cut(
         self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
     ) -> dict[str, Any]:
-        return self._write(
-            lambda s: protocol.persist_input_cut(
-                s, job_id, token, barrier_id, source, cut, self._clock()
+        return self._alone(
+            lambda b: recovery.persist_input_cut(
+                b, job_id, token, barrier_id, source, cut, self._clock()
             )
         )
 
     def input_cuts(self, job_id: str, barrier_id: int) -> dict[str, dict[str, Any]]:
-        return self._read(lambda s: protocol.input_cuts(s, job_id, barrier_id))
+        return self._read(lambda s: recovery.input_cuts(s, job_id, barrier_id))
 
     def recovery_plan(self, job_id: str, token: int) -> RecoveryPlan:
-        return self._read(lambda s: protocol.recovery_plan(s, job_id, token))
+        return self._read(lambda s: recovery.recovery_plan(Immediate(s), job_id, token))
 
     def job_progress(self, job_id: str, *, limit: int | None = None) -> list[JobProgress]:
         def work(s: Session) -> list[JobProgress]:
-            rows.get_job(s, job_id)
+            jobs.get_job(s, job_id)
             found = s.scalars(
                 select(JobBarrierRow)
                 .where(JobBarrierRow.job_id == job_id)
@@ -339,7 +358,7 @@ class SqlMetadataStore(MetadataStore):
             if written_only:
                 query = query.where(TableVersionRow.state == VersionState.WRITTEN.value)
             row = s.scalars(query).first()
-            return rows.to_version(row) if row is not None else None
+            return to_version(row) if row is not None else None
 
         return self._read(work)
 
@@ -352,7 +371,7 @@ class SqlMetadataStore(MetadataStore):
                 .order_by(TableVersionRow.barrier_id.desc())
                 .limit(limit)
             )
-            return [rows.to_version(r) for r in found]
+            return [to_version(r) for r in found]
 
         return self._read(work)
 
@@ -403,11 +422,11 @@ class SqlMetadataStore(MetadataStore):
 
     def begin_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
         return self._write(
-            lambda s: rounds.begin_revision(s, table, to_barrier, full=full, now=self._clock())
+            lambda s: announced.begin_revision(s, table, to_barrier, full=full, now=self._clock())
         )
 
     def finish_revision(self, revision_id: int) -> Revision:
-        return self._write(lambda s: rounds.finish_revision(s, revision_id, self._clock()))
+        return self._write(lambda s: announced.finish_revision(s, revision_id, self._clock()))
 
     def revisions(self, *, limit: int | None = None) -> list[Revision]:
         return self._read(lambda s: revision.listing(s, limit))
@@ -428,7 +447,7 @@ class SqlMetadataStore(MetadataStore):
         return self._write(work)
 
     def restore_versions(self, found: Sequence[FoundVersion]) -> list[TableVersion]:
-        return self._write(lambda s: rounds.restore_versions(s, found, self._clock()))
+        return self._write(lambda s: announced.restore_versions(s, found, self._clock()))
 
     # -- coordination between replicas --------------------------------------------------------
 

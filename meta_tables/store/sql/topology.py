@@ -17,8 +17,10 @@ from lockstep.errors import (
     JobExistsError,
     PendingCommitsError,
 )
-from lockstep.meta_tables.store.sql import protocol, resolve
-from lockstep.meta_tables.store.sql.rows import load_topology, lock_job, spec_of
+from lockstep.meta_tables.store.sql.batching.immediate import Immediate
+from lockstep.meta_tables.store.sql.io.jobs import load_topology, lock_job, spec_of
+from lockstep.meta_tables.store.sql.protocol import reports
+from lockstep.meta_tables.store.sql.resolution import resolve
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     JobInstanceRow,
@@ -167,7 +169,7 @@ def unregister_job(s: Session, job_id: str, *, force: bool, now: datetime) -> No
         if pending:
             raise PendingCommitsError(job_id, pending)
     for barrier_id in pending:
-        protocol.abort_barrier(s, spec, barrier_id, now)
+        reports.abort_barrier(Immediate(s), spec, barrier_id, now)
     for model in (JobSourceRow, JobSinkRow, JobInstanceRow, JobRow):
         s.execute(delete(model).where(model.job_id == job_id))
 

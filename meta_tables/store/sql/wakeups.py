@@ -2,7 +2,8 @@
 
 A job waits for its next barrier (``wait_for_next_barrier``, the service's long poll) on a
 wake-up instead of polling the store. Every write that can make a barrier available to a
-job *announces* the jobs it may concern, inside its own transaction (``rounds.py``):
+job *announces* the jobs it may concern, inside its own transaction (``protocol/announced.py``; a
+group of calls announces once for all its reports, ``batching/grouped.py``):
 
 - a barrier issued: the root jobs; a WRITTEN report: the jobs that read the written tables;
 - a new instance, or an aborted barrier: that job; a revision, a repair, an
@@ -20,7 +21,6 @@ delivery) costs latency up to the waiter's timeout, never correctness.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
@@ -44,7 +44,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from lockstep.meta_tables.store.sql import rows
+from lockstep.meta_tables.store.sql.io.postgres import unnested_names
 from lockstep.meta_tables.store.sql.pg_options import listen_conninfo
 from lockstep.meta_tables.store.sql.schema import JobRow, JobSourceRow
 
@@ -76,7 +76,7 @@ def _readers(dialect: str) -> Select[str]:
     into a join it may then plan as that scan."""
     if dialect != "postgresql":
         return _READERS
-    names = rows.unnested_names()
+    names = unnested_names()
     seek = (
         select(JobSourceRow.job_id)
         .where(JobSourceRow.table_name == names.c.name)
@@ -154,26 +154,8 @@ def announce_roots(s: Session) -> None:
     _announce(s, lambda: frozenset(s.connection().scalars(_ROOTS)))
 
 
-_GATHERED = "lockstep_gathered_tables"  # Session.info: written tables not yet announced
-
-
-@contextlib.contextmanager
-def gathered(s: Session) -> Iterator[None]:
-    """Within the block, :func:`announce_readers` only notes its tables; at its end (not
-    at an error, which rolls the transaction back) one announcement names the readers of
-    them all: one lookup and one ``NOTIFY`` for a group of reports (``group_commit.py``)."""
-    with rows.gathering(s, _GATHERED) as tables:
-        yield
-    if tables:
-        announce_readers(s, sorted(tables))
-
-
 def announce_readers(s: Session, tables: Collection[str]) -> None:
     """``tables`` have new WRITTEN versions: the jobs reading them may go on."""
-    waiting: set[str] | None = s.info.get(_GATHERED)
-    if waiting is not None:
-        waiting.update(tables)
-        return
     tables = list(tables)
     readers = _readers(s.get_bind().dialect.name)
     _announce(s, lambda: frozenset(s.connection().scalars(readers, {"tables": tables})))

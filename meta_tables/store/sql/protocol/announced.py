@@ -3,8 +3,9 @@ it concerns (``wakeups.py``) in its own transaction, and a job's round trip: its
 report and its next barrier in one transaction.
 
 Each function runs inside the caller's write transaction and calls the operation it wraps
-unchanged: the rules and the rows written are those of ``protocol``, ``revision``,
-``repair`` and ``topology``; only the announcement is added.
+unchanged: the rules and the rows written are those of this package's modules,
+``revision``, ``repair`` and ``topology``; only the announcement is added (docs/design.md
+§4, "Waiting for the next barrier").
 """
 
 from __future__ import annotations
@@ -15,23 +16,25 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import Barrier, FoundVersion, JobInstance, Revision, TableVersion
-from lockstep.meta_tables.store.sql import protocol, repair, revision, topology, wakeups
+from lockstep.meta_tables.store.sql import repair, revision, topology, wakeups
+from lockstep.meta_tables.store.sql.protocol import instances, next_barrier, reports
+from lockstep.meta_tables.store.sql.protocol.batch import Batch
 
 
 def issue_barrier(s: Session, now: datetime) -> Barrier:
-    barrier = protocol.issue_barrier(s, now)
+    barrier = instances.issue_barrier(s, now)
     wakeups.announce_roots(s)
     return barrier
 
 
-def attach(s: Session, job_id: str, now: datetime) -> JobInstance:
-    instance = protocol.attach(s, job_id, now)
-    wakeups.announce_jobs(s, [job_id])  # a fenced instance that waits learns it at once
+def attach(batch: Batch, job_id: str, now: datetime) -> JobInstance:
+    instance = instances.attach(batch, job_id, now)
+    wakeups.announce_jobs(batch.session, [job_id])  # a fenced instance that waits learns it at once
     return instance
 
 
 def report_written(
-    s: Session,
+    batch: Batch,
     job_id: str,
     token: int,
     barrier_id: int,
@@ -39,13 +42,13 @@ def report_written(
     now: datetime,
 ) -> tuple[list[TableVersion], bool]:
     """The WRITTEN report: the sinks' versions, and whether it was applied (not a repeat)."""
-    versions, applied = protocol.report_written(s, job_id, token, barrier_id, snapshots, now)
-    wakeups.announce_readers(s, [v.table for v in versions])
+    versions, applied = reports.report_written(batch, job_id, token, barrier_id, snapshots, now)
+    batch.announce_readers([v.table for v in versions])
     return versions, applied
 
 
 def report_written_and_next(
-    s: Session,
+    batch: Batch,
     job_id: str,
     token: int,
     barrier_id: int,
@@ -55,14 +58,14 @@ def report_written_and_next(
     """The WRITTEN report, then the job's next barrier (its start recorded) as a
     ``next_barrier`` call right after it would answer: one transaction, one round trip.
     A report applied makes its barrier the job's newest WRITTEN one: the search is told."""
-    versions, applied = report_written(s, job_id, token, barrier_id, snapshots, now)
+    versions, applied = report_written(batch, job_id, token, barrier_id, snapshots, now)
     written = barrier_id if applied else None
-    return versions, protocol.start_next_barrier(s, job_id, token, now, written=written)
+    return versions, next_barrier.start_next_barrier(batch, job_id, token, now, written=written)
 
 
-def report_aborted(s: Session, job_id: str, token: int, barrier_id: int, now: datetime) -> None:
-    protocol.report_aborted(s, job_id, token, barrier_id, now)
-    wakeups.announce_jobs(s, [job_id])  # the barrier is the job's to take again
+def report_aborted(batch: Batch, job_id: str, token: int, barrier_id: int, now: datetime) -> None:
+    reports.report_aborted(batch, job_id, token, barrier_id, now)
+    wakeups.announce_jobs(batch.session, [job_id])  # the barrier is the job's to take again
 
 
 def unregister_job(s: Session, job_id: str, *, force: bool, now: datetime) -> None:

@@ -36,8 +36,8 @@ from sqlalchemy import (
 )
 
 from lockstep.barrier.model import VersionState
-from lockstep.meta_tables.store.sql import driver
-from lockstep.meta_tables.store.sql.rows import SEEK_ONE, unnested_names
+from lockstep.meta_tables.store.sql.io import cursor
+from lockstep.meta_tables.store.sql.io.postgres import SEEK_ONE, unnested_names
 from lockstep.meta_tables.store.sql.schema import (
     RetentionRow,
     TableHeadRow,
@@ -95,15 +95,15 @@ def session_lookup(dialect: str, level: ConsistencyLevel) -> Lookup:
     return _lookup(dialect, level, TableRow.table_name.in_(bindparam("tables", expanding=True)))
 
 
-def driver_lookup(engine: Engine, level: ConsistencyLevel) -> driver.Statement:
+def driver_lookup(engine: Engine, level: ConsistencyLevel) -> cursor.Statement:
     """The lookup compiled for the driver's own cursor (:mod:`.driver`), once per dialect."""
     dialect = engine.dialect
 
     def build() -> Lookup:
-        named = driver.in_list(TableRow.table_name, "tables", dialect)
+        named = cursor.in_list(TableRow.table_name, "tables", dialect)
         return _lookup(dialect.name, level, named)
 
-    return driver.compiled(("lookup", level), dialect, build, ["tables"])
+    return cursor.compiled(("lookup", level), dialect, build, ["tables"])
 
 
 def _lookup(dialect: str, level: ConsistencyLevel, named: ColumnElement[bool]) -> Lookup:

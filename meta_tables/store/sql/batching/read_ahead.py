@@ -1,20 +1,21 @@
 """A group's searches for its jobs' next barriers, read in one statement (PostgreSQL).
 
 Every protocol call of a group searches once for its job's next barrier
-(``protocol.expected_barrier``): a look, the look after a WRITTEN report, and a PROCESSED
-report checking its barrier (which also reads whether the barrier was issued and the job's
-newest WRITTEN barrier). Alone, each search is a statement, and each statement a round
-trip on the group's transaction while every other call waits behind it: three or four a
-job a barrier. Here they are read before the calls run, one statement for the group, and
-kept for the calls to answer from (``group_io.known_search``).
+(``protocol/search.py``, whose rule this renders for many jobs at once): a look, the look
+after a WRITTEN report, and a PROCESSED report checking its barrier (which also reads
+whether the barrier was issued and the job's newest WRITTEN barrier). Alone, each search
+is a statement, and each statement a round trip on the group's transaction while every
+other call waits behind it: three or four a job a barrier. Here they are read before the
+calls run, one statement for the group, and kept in the group's batch for the calls to
+answer from (``Grouped.search``).
 
 A search read ahead answers as the call's own statement would: the group's transaction
 holds its jobs' locks, so no one else writes a job's sinks, and a write of the group
-itself to a table forgets the searches that read it (``group_io.write``). A source written
+itself to a table forgets the searches that read it (``Grouped.write``). A source written
 by another transaction meanwhile is seen as if the call had been applied at the group's
 start: a look that misses it waits, and is woken by that transaction's announcement (the
 service takes a job's mark of announcements before its call joins a group,
-``wakeup.BarrierWaits.mark``, so one that lands after the read makes the wait look again).
+``BarrierWaits.mark``, so one that lands after the read makes the wait look again).
 
 On SQLite nothing is read ahead: its statements cost no round trip, and each call searches
 alone as before.
@@ -28,15 +29,19 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Integer, String, bindparam, case, func, select, true
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.orm import Session, aliased
 
-from lockstep.barrier.model import VersionState
-from lockstep.meta_tables.store.sql import driver, group_io
-from lockstep.meta_tables.store.sql.rows import JobState
-from lockstep.meta_tables.store.sql.schema import BarrierRow, TableVersionRow
+from lockstep.meta_tables.store.sql.batching.grouped import Grouped
+from lockstep.meta_tables.store.sql.io import cursor
+from lockstep.meta_tables.store.sql.io.jobs import JobState
+from lockstep.meta_tables.store.sql.protocol.batch import Searched
+from lockstep.meta_tables.store.sql.protocol.search import (
+    after_progress,
+    first_issued_after,
+    first_written_after,
+    newest_written,
+)
+from lockstep.meta_tables.store.sql.schema import BarrierRow
 
-TV = TableVersionRow
-WRITTEN = VersionState.WRITTEN.value
 _COLUMNS = ("i", "source", "first_sink", "last_written", "start_after", "at")
 
 
@@ -50,8 +55,9 @@ class Wanted:
     at: int | None = None
 
 
-def read(s: Session, wanted: Sequence[Wanted]) -> None:
+def read(batch: Grouped, wanted: Sequence[Wanted]) -> None:
     """Read the searches ``wanted`` in one statement and keep them for the group's calls."""
+    s = batch.session
     dialect = s.get_bind().dialect
     if not wanted or dialect.name != "postgresql":
         return
@@ -68,16 +74,15 @@ def read(s: Session, wanted: Sequence[Wanted]) -> None:
     ]
     transposed = zip(*rows, strict=True)  # each column's values, in the rows' order
     columns = {name: list(values) for name, values in zip(_COLUMNS, transposed, strict=True)}
-    statement = driver.compiled(("search_ahead",), dialect, _statement, _COLUMNS)
+    statement = cursor.compiled(("search_ahead",), dialect, _statement, _COLUMNS)
     facts: dict[int, tuple[int | None, bool]] = {}  # newest WRITTEN barrier, issued
     firsts: dict[int, list[int | None]] = {}  # in the sources' order
     for i, last_written, issued, first in statement.within(s, columns):
         facts[i] = (last_written, bool(issued))
         firsts.setdefault(i, []).append(first)
-    group_io.remember_searches(
-        s,
+    batch.remember_searches(
         {
-            (one.job.spec.job_id, one.last_written): group_io.Searched(
+            (one.job.spec.job_id, one.last_written): Searched(
                 read=_read(one),
                 firsts=tuple(firsts[i]),
                 last_written=facts[i][0],
@@ -100,8 +105,7 @@ def _statement() -> Any:
     """For each row of the unnested lists (a job's source, or one row for a root job): the
     job's newest WRITTEN barrier (``last_written`` if given, else its first sink's), whether
     ``at`` was issued, and the first barrier after the job's progress, WRITTEN in the source
-    (a root: issued). One index seek each, as ``protocol._sources_next`` does, in the rows'
-    order."""
+    (a root: issued), in the rows' order."""
     q = (
         func.unnest(
             bindparam("i", type_=ARRAY(Integer)),
@@ -114,25 +118,14 @@ def _statement() -> Any:
         .table_valued(*_COLUMNS, with_ordinality="n")
         .render_derived("q")
     )
-    written = aliased(TV, name="w")
-    newest = (
-        select(func.max(written.barrier_id))
-        .where(written.table_name == q.c.first_sink, written.state == WRITTEN)
-        .correlate(q)
-        .scalar_subquery()
-    )
+    newest = newest_written(q.c.first_sink, correlate=q)
     known = select(func.coalesce(q.c.last_written, newest).label("v")).correlate(q).lateral("lw")
-    after = func.greatest(known.c.v, q.c.start_after)  # PostgreSQL's ignores a NULL
-    in_source = (
-        select(func.min(TV.barrier_id))
-        .where(TV.table_name == q.c.source, TV.state == WRITTEN, TV.barrier_id > after)
-        .scalar_subquery()
-    )
-    issued_after = (
-        select(func.min(BarrierRow.barrier_id)).where(BarrierRow.barrier_id > after)
-    ).scalar_subquery()
+    bound = after_progress(known.c.v, q.c.start_after)
     issued = select(BarrierRow.barrier_id).where(BarrierRow.barrier_id == q.c.at).exists()
-    first = case((q.c.source.is_(None), issued_after), else_=in_source)
+    first = case(
+        (q.c.source.is_(None), first_issued_after(bound)),
+        else_=first_written_after(q.c.source, bound),
+    )
     return (
         select(q.c.i, known.c.v, issued, first).select_from(q).join(known, true()).order_by(q.c.n)
     )

@@ -34,13 +34,14 @@ import psycopg
 from sqlalchemy import Engine
 
 from lockstep.errors import StoreError
-from lockstep.meta_tables.store.sql import head_cache, heads, lookup, resolve, wakeups
-from lockstep.meta_tables.store.sql.head_cache import HeadCache
+from lockstep.meta_tables.store.sql import heads, wakeups
 from lockstep.meta_tables.store.sql.pg_options import (
     connect_options,
     listen_conninfo,
     server_url,
 )
+from lockstep.meta_tables.store.sql.resolution import head_cache, lookup, resolve
+from lockstep.meta_tables.store.sql.resolution.head_cache import HeadCache
 from lockstep.readers.model import ConsistencyLevel, SnapshotSet
 
 CONNECTIONS = 4  # statements at once per process: each is ~0.2 ms of the server's time
@@ -49,7 +50,7 @@ READ_AT_ONCE = 1_000  # tables read into memory in one statement
 RETRY_S = (0.05, 5.0)  # a lost listener, or a failed read into memory, tries again after
 SYNC = "sync:"  # a payload on the heads' channel that names no table (caught_up)
 LISTENER_NAME = "lockstep heads listener"  # its application_name, in pg_stat_activity
-log = logging.getLogger("lockstep.loop_reads")
+log = logging.getLogger("lockstep.resolution.on_loop")
 
 
 class LoopReads:
@@ -85,11 +86,12 @@ class LoopReads:
         seen: Mapping[str, int] | None = None,
     ) -> SnapshotSet | None:
         """The snapshot set, or None on a gap at the candidate (resolve through the store).
-        Given ``seen``, at repeatable_read, from memory when it may (:mod:`.head_cache`)."""
+        Given ``seen``, from memory when it may (:mod:`.head_cache`: a level that reads
+        only WRITTEN versions)."""
         named = resolve.named_tables(tables)
-        if seen is not None and level is ConsistencyLevel.REPEATABLE_READ:
+        if seen is not None and level.semantics.written_only:
             self._remember()
-            found = self.memory.answer(named, seen)
+            found = self.memory.answer(named, seen, level)
             if found is not None:
                 return found
             self.memory.wanted(named)  # read into memory for the next time

@@ -2,11 +2,13 @@
 
 On PostgreSQL a resolve is one statement (:mod:`.lookup`), ~0.3 ms of the service's time
 with the round trip to the server, as much as the rest of the request. So each service
-process keeps in memory what that statement reads for ``repeatable_read`` (the default
-level, the one dashboards read at), for every table it has been asked about
-(:class:`Entry`: the table's newest WRITTEN barrier, its expiration horizon and its newest
-versions), and answers from it when it may. The other levels read staged versions, which
-come and go unannounced: the store answers them.
+process keeps in memory what that statement reads for the levels that read only WRITTEN
+versions (``repeatable_read``, the default, the one dashboards read at), for every table it
+has been asked about (:class:`Entry`: the table's newest WRITTEN barrier, its expiration
+horizon and its newest versions), and answers from it when it may: it hands the lookup's
+rows, made from memory, to the store's own resolution (``resolve.resolved_from_looked``),
+which reads the level's flags (design §3). A level that reads staged versions, which come
+and go unannounced, is answered by the store.
 
 **Kept current.** Two ways, by what a change does:
 
@@ -19,7 +21,7 @@ come and go unannounced: the store answers them.
   :data:`FRESH_S` is not used.
 - *History rewritten* (a revision, a repair) *or a new horizon*: the write names the
   tables in a ``NOTIFY`` sent in its transaction (``heads.announce``), delivered if, and
-  only once, it commits. A listener in each process hears it (:mod:`.loop_reads`) and
+  only once, it commits. A listener in each process hears it (:mod:`.on_loop`) and
   memory forgets those tables at once (:meth:`HeadCache.changed`). These are rare, and an
   answer from before them could name a snapshot being expired.
 
@@ -29,13 +31,14 @@ kept (:meth:`HeadCache.fill` compares generations), so a table never comes back 
 
 **When memory answers** (:meth:`HeadCache.answer`), and only then:
 
-- the level is ``repeatable_read``;
+- the level reads only WRITTEN versions (its ``written_only`` flag);
 - the listener is listening: it confirmed its connection less than :data:`LIVE_S` ago. A
   lost connection empties the memory, since announcements may have been missed;
 - each table's entry was confirmed current less than :data:`FRESH_S` ago;
 - the caller said what it has seen (``seen``: per table, the newest WRITTEN barrier it has
   read or reported), and each table's newest WRITTEN barrier in memory is at least that;
-- every table is in memory, with a version at the barrier the answer needs, not expired.
+- every table is in memory, with a version at the barrier the answer needs, not expired
+  (resolution would raise or search: the store does).
 
 Otherwise the store answers, as it always did (a table just forgotten, a gap, an error to
 raise). An answer from memory is a consistent snapshot set of the store's own versions. It
@@ -66,9 +69,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
-from lockstep.barrier.model import TableVersion, VersionState
-from lockstep.meta_tables.store.sql import driver
-from lockstep.meta_tables.store.sql.rows import SEEK_ONE, driver_version, unnested_names
+from lockstep.barrier.model import TableVersion
+from lockstep.errors import LockstepError
+from lockstep.meta_tables.store.sql.io import cursor
+from lockstep.meta_tables.store.sql.io.postgres import SEEK_ONE, unnested_names
+from lockstep.meta_tables.store.sql.io.versions import driver_version
+from lockstep.meta_tables.store.sql.resolution.lookup import Looked
+from lockstep.meta_tables.store.sql.resolution.resolve import resolved_from_looked
 from lockstep.meta_tables.store.sql.schema import (
     RetentionRow,
     TableHeadRow,
@@ -83,7 +90,6 @@ REFRESH_S = 0.5  # an entry's newest WRITTEN barrier is checked again after this
 FRESH_S = 2.0  # ...and not used once this old (the checks fell behind)
 IDLE_S = 300.0  # an entry nobody asked for in this long is dropped, not checked
 NEWEST_VERSIONS = 3  # kept per table: at least its two newest WRITTEN (one may be staged)
-WRITTEN = VersionState.WRITTEN
 TV = TableVersionRow
 H = TableHeadRow
 
@@ -202,11 +208,16 @@ class HeadCache:
         self._live_until = 0.0
         self.changed(None)
 
-    def answer(self, tables: Sequence[str], seen: Mapping[str, int]) -> SnapshotSet | None:
-        """The ``repeatable_read`` snapshot set the store would give, from memory; None when
+    def answer(
+        self,
+        tables: Sequence[str],
+        seen: Mapping[str, int],
+        level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ,
+    ) -> SnapshotSet | None:
+        """The snapshot set the store would give at ``level``, from memory; None when
         memory may not answer (see the module's docstring): then ask the store."""
         now = self._clock()
-        if now >= self._live_until:
+        if not level.semantics.written_only or now >= self._live_until:
             return None
         found: list[tuple[str, Entry, int]] = []
         for table in tables:
@@ -218,24 +229,34 @@ class HeadCache:
             if now - self._current_at[table] >= FRESH_S:
                 return None
             found.append((table, entry, head))
-        candidate = min(head for _, _, head in found)  # the oldest of the newest
-        versions: dict[str, TableVersion] = {}
-        for table, entry, _ in found:
-            version = entry.versions.get(candidate)
-            if (
-                version is None
-                or version.state is not WRITTEN
-                or (entry.keep_from is not None and candidate < entry.keep_from)
-            ):
-                return None
-            versions[table] = version
-        return SnapshotSet(ConsistencyLevel.REPEATABLE_READ, candidate, versions)
+        oldest_newest = min(head for _, _, head in found)
+        rows = []
+        for table, entry, head in found:
+            target = oldest_newest if level.semantics.common_barrier else head
+            version = entry.versions.get(target)
+            at = () if version is None else _version_columns(version)
+            rows.append(Looked(table, entry.keep_from, head, *(at or (None,) * 5)))
+        try:
+            return resolved_from_looked(list(tables), level, rows)
+        except LockstepError:
+            return None  # expired, say: the store answers, and raises as it always did
+
+
+def _version_columns(version: TableVersion) -> tuple[Any, ...]:
+    """A version as the lookup's columns (barrier, snapshot, state, processed, written)."""
+    return (
+        version.barrier_id,
+        version.snapshot_id,
+        version.state.value,
+        version.processed_at,
+        version.written_at,
+    )
 
 
 # -- reading entries from the store ----------------------------------------------------------
 
 
-def entries_statement(engine: Engine) -> driver.Statement:
+def entries_statement(engine: Engine) -> cursor.Statement:
     """The entries of the tables ``:tables`` (PostgreSQL): per table, one row per version
     of its newest :data:`NEWEST_VERSIONS` (one row without a version if it has none); a
     table the store does not know has no row. One index seek per table and relation."""
@@ -265,10 +286,10 @@ def entries_statement(engine: Engine) -> driver.Statement:
             .outerjoin(version, true())
         )
 
-    return driver.compiled(("head_cache", "entries"), engine.dialect, build, ["tables"])
+    return cursor.compiled(("head_cache", "entries"), engine.dialect, build, ["tables"])
 
 
-def moved_statement(engine: Engine) -> driver.Statement:
+def moved_statement(engine: Engine) -> cursor.Statement:
     """Those of the tables ``:tables`` whose newest WRITTEN barrier is not the one given in
     ``:held`` (the same order; PostgreSQL), for :meth:`HeadCache.checked`: one index seek per
     table, and a row only for a table that moved, so a check of tables that did not costs
@@ -296,7 +317,7 @@ def moved_statement(engine: Engine) -> driver.Statement:
             .where(head.c.newest_written.is_distinct_from(pairs.c.held))
         )
 
-    return driver.compiled(("head_cache", "moved"), engine.dialect, build, ["tables", "held"])
+    return cursor.compiled(("head_cache", "moved"), engine.dialect, build, ["tables", "held"])
 
 
 def entries_from(rows: Sequence[tuple[Any, ...]]) -> dict[str, Entry]:

@@ -1,12 +1,12 @@
-"""Statements on the driver's own cursor: the hottest reads (resolve, and the reads of a
-group of protocol calls) and the writes of a group's reports.
+"""Statements on the DB-API cursor: the hottest reads (resolve, and the reads of a group of
+protocol calls) and the writes of a group's reports.
 
 A read of one statement needs no transaction of its own, since a statement reads one
 snapshot of the store. SQLite's connections are in autocommit mode (``engine._configure``
 takes transaction control from pysqlite), and a PostgreSQL connection is switched to
 autocommit for the statement. Running it on the DB-API cursor skips SQLAlchemy's
 connection, execution context and result processing, which cost several times the
-statement itself on SQLite (docs/benchmarks.md, "Platform").
+statement itself on SQLite (docs/design.md, "The store at platform scale").
 
 The statement is still built with SQLAlchemy, and compiled once per dialect. Its list
 parameter (:func:`in_list`) is one value: a JSON array on SQLite (``json_each``), an array on
@@ -16,7 +16,7 @@ PostgreSQL (``= ANY``). So the compiled text stays the same whatever the list's 
 reads inside a session's transaction, on its connection, and :meth:`Statement.write` writes
 there: one row, or many. Many rows are one ``executemany`` (psycopg pipelines them: one
 round trip, but one execution a row), or on PostgreSQL, for a statement with a set form
-(``many``: the same change written over :func:`unnested_rows`), one execution of that
+(``many``: the same change written over ``postgres.unnested_rows``), one execution of that
 form with a list per column. A parameter is converted as its column's
 SQLAlchemy type would (a datetime to ``UtcMicros``); a read returns the driver's values: a
 column with a type that converts is the caller's to convert.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -49,8 +49,6 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement, Select
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.selectable import TableValuedAlias
-from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from lockstep.errors import StoreError
 from lockstep.meta_tables.store.sql.engine import no_free_connection
@@ -180,27 +178,6 @@ class Statement:
         convert = self.converts.get(name)
         values = [row.get(name, self.defaults.get(name)) for row in rows]
         return values if convert is None else [convert(value) for value in values]
-
-
-def unnested_rows(**columns: TypeEngine[Any]) -> TableValuedAlias:
-    """Rows given as one list per column, each bound to the parameter of its name
-    (PostgreSQL): ``unnest(:a, :b, ...) AS v(a, b, ...)``, what a statement's set form
-    (:meth:`Statement.compile`'s ``many``) reads its rows from. A column's type is what the
-    driver is given: a :class:`~sqlalchemy.types.TypeDecorator`'s stored type."""
-    arrays = (bindparam(name, type_=ARRAY(_stored(kind))) for name, kind in columns.items())
-    return func.unnest(*arrays).table_valued(*columns).render_derived("v")
-
-
-def from_rows(insert: InsertT, leave_out: Collection[str] = ()) -> InsertT:
-    """``insert`` (of one table's rows) as its set form: ``INSERT ... SELECT`` of the
-    table's columns (but ``leave_out``), each given as one list (:func:`unnested_rows`)."""
-    table = insert.table
-    given = unnested_rows(**{c.key: c.type for c in table.c if c.key not in leave_out})
-    return insert.from_select(list(given.c.keys()), select(*given.c))
-
-
-def _stored(kind: TypeEngine[Any]) -> TypeEngine[Any]:
-    return kind.impl_instance if isinstance(kind, TypeDecorator) else kind
 
 
 def _array_parameters(statement: ClauseElement, dialect: Dialect) -> list[str]:

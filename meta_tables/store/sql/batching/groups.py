@@ -1,17 +1,18 @@
-"""Group commit: many jobs' protocol calls in one write transaction.
+"""Group commit: many jobs' protocol calls in one write transaction (docs/design.md §4,
+"Group commit").
 
 Each call runs the same function, with the same rules, as the store method it stands for
-(``protocol``, ``rounds``), in the order given, so each one sees the calls before it (a
+(``protocol/``), in the order given, so each one sees the calls before it (a
 downstream job's report may follow its source's WRITTEN report in the same group). What a
 group saves is everything around the calls: a transaction, a pooled connection and a
 thread hand-off each, and the commit's round trip and flush.
 
-What a group does once rather than per call: it loads and locks all its jobs in one
-statement (in the order of their ids, so two replicas' groups do not deadlock), refreshes
-the heads of the tables its reports changed once (``heads.deferred``: no call of a group
-reads the heads), announces the readers of the tables its reports wrote once
-(``wakeups.gathered``: one lookup, one ``NOTIFY``, one wake-up of this process's polls),
-and writes its jobs' progress rows in one statement (``rows.progress_deferred``).
+What a group does once rather than per call is its batch's (``grouped.Grouped``): it loads
+and locks all its jobs in one statement (in the order of their ids, so two replicas'
+groups do not deadlock), reads ahead what its calls will read, holds their writes, and at
+its end refreshes the heads of the tables its reports changed, announces the readers of
+the tables they wrote (one lookup, one ``NOTIFY``, one wake-up of this process's polls)
+and writes its jobs' progress rows, once each.
 
 A refused call must change nothing, and the others must still apply. The protocol's rules
 raise before a report writes anything, but the group does not lean on that: at a refusal
@@ -23,22 +24,17 @@ the repeat costs little.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.calls import Answer, Call, NextBarrier, Processed, WrittenAndNext
 from lockstep.errors import LockstepError
-from lockstep.meta_tables.store.sql import (
-    group_io,
-    heads,
-    protocol,
-    rounds,
-    rows,
-    search_ahead,
-    wakeups,
-)
+from lockstep.meta_tables.store.sql.batching import read_ahead
+from lockstep.meta_tables.store.sql.batching.grouped import Grouped
+from lockstep.meta_tables.store.sql.io.jobs import JobState
+from lockstep.meta_tables.store.sql.protocol import announced, next_barrier, reports
 
 Numbered = Sequence[tuple[int, Call]]  # calls with their places in the group
 
@@ -56,48 +52,51 @@ def apply_in_order(s: Session, calls: Numbered, clock: Callable[[], datetime]) -
     """Apply ``calls`` in the caller's transaction; each answer by its index. Raises
     :class:`Refused` at the first call refused (the caller rolls back)."""
     answers: dict[int, Answer] = {}
-    rows.lock_jobs(s, [call.job_id for _, call in calls])
-    with heads.deferred(s), wakeups.gathered(s), rows.progress_deferred(s), group_io.grouped(s):
-        _read_ahead(s, [call for _, call in calls])
-        for index, call in calls:
-            try:
-                answers[index] = _apply(s, call, clock())
-            except LockstepError as e:
-                raise Refused(index, e) from e
+    batch = Grouped(s)
+    jobs = batch.lock_jobs([call.job_id for _, call in calls])
+    _read_ahead(batch, [call for _, call in calls], jobs)
+    for index, call in calls:
+        try:
+            answers[index] = _apply(batch, call, clock())
+        except LockstepError as e:
+            raise Refused(index, e) from e
+    batch.finish()
     return answers
 
 
-def _read_ahead(s: Session, calls: Sequence[Call]) -> None:
+def _read_ahead(batch: Grouped, calls: Sequence[Call], jobs: Mapping[str, JobState]) -> None:
     """Read the versions the group's reports will read at their barriers, one statement per
     barrier: each report's sinks, and a PROCESSED report's sources; and every call's
-    search for its job's next barrier, one statement for all (``search_ahead``)."""
+    search for its job's next barrier, one statement for all (``read_ahead``)."""
     wanted: dict[int, set[str]] = {}
-    searches: list[search_ahead.Wanted] = []
+    searches: list[read_ahead.Wanted] = []
     for call in calls:
-        job = rows.locked(s, call.job_id)
+        job = jobs.get(call.job_id)
         if job is None:
             continue
         match call:
             case NextBarrier():
-                searches.append(search_ahead.Wanted(job))
+                searches.append(read_ahead.Wanted(job))
             case Processed(_, _, barrier_id):
                 wanted.setdefault(barrier_id, set()).update(job.spec.sinks, job.spec.sources)
-                searches.append(search_ahead.Wanted(job, at=barrier_id))
+                searches.append(read_ahead.Wanted(job, at=barrier_id))
             case WrittenAndNext(_, _, barrier_id):
                 wanted.setdefault(barrier_id, set()).update(job.spec.sinks)
                 # the look after the report, which tells it the job's newest WRITTEN barrier
-                searches.append(search_ahead.Wanted(job, last_written=barrier_id))
-    search_ahead.read(s, searches)
+                searches.append(read_ahead.Wanted(job, last_written=barrier_id))
+    read_ahead.read(batch, searches)
     for barrier_id, tables in wanted.items():
         named = sorted(tables)
-        group_io.remember(s, barrier_id, named, rows.versions_at(s, named, barrier_id))
+        batch.remember_versions(barrier_id, named, batch.versions_at(named, barrier_id))
 
 
-def _apply(s: Session, call: Call, now: datetime) -> Answer:
+def _apply(batch: Grouped, call: Call, now: datetime) -> Answer:
     match call:
         case NextBarrier(job_id, token):
-            return protocol.start_next_barrier(s, job_id, token, now)
+            return next_barrier.start_next_barrier(batch, job_id, token, now)
         case Processed(job_id, token, barrier_id, snapshots):
-            return protocol.report_processed(s, job_id, token, barrier_id, snapshots, now)
+            return reports.report_processed(batch, job_id, token, barrier_id, snapshots, now)
         case WrittenAndNext(job_id, token, barrier_id, snapshots):
-            return rounds.report_written_and_next(s, job_id, token, barrier_id, snapshots, now)
+            return announced.report_written_and_next(
+                batch, job_id, token, barrier_id, snapshots, now
+            )
