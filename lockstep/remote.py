@@ -4,16 +4,15 @@
 coordinator, backed by this client. Calls that are safe to repeat (reads, and the job
 reports, which are idempotent by protocol) are retried on timeouts and dropped connections;
 every call is retried when the connection could not even be made. A refusal by the service
-is raised as the same :class:`LockstepError` subclass the embedded coordinator raises.
+is raised as the same :class:`LockstepError` subclass the embedded coordinator raises. The
+HTTP transport (replicas, retries, refusals) is ``service_client.py``.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections import Counter
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -33,10 +32,17 @@ from lockstep.barrier.model import (
     TableStatus,
     TableVersion,
 )
-from lockstep.errors import ConfigurationError, StoreError
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, Lease, SnapshotSet
 from lockstep.readers.seen import Seen
+from lockstep.service_client import DEFAULT_QUERY_TIMEOUT_S as DEFAULT_QUERY_TIMEOUT_S
+from lockstep.service_client import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
+from lockstep.service_client import (
+    PollsOut,
+    ServiceClient,
+    arrow,
+    second_part,
+)
 from lockstep.topology.graph import Topology
 from lockstep.topology.model import JobSpec
 
@@ -44,14 +50,6 @@ if TYPE_CHECKING:
     from lockstep.meta_tables.pushdown import Restriction
 
 T = TypeVar("T")
-RETRIES = 4
-BACKOFF_S = 0.2
-DEFAULT_TIMEOUT_S = 30.0
-# A meta query runs on the service for as long as its export takes (every row of the meta
-# tables it reads, unbounded), then up to the service's ``sql_timeout_s`` (10 s by default)
-# in DuckDB: minutes on a large store. Waiting less would time it out and retry it, i.e.
-# run it again on the service.
-DEFAULT_QUERY_TIMEOUT_S = 300.0
 # The longest one long poll for a job's next barrier waits on the service (which allows 60 s;
 # this stays under the 60 s idle timeout of common proxies). A job waits longer with several;
 # each costs the service a request, and a store look only if a write concerned the job.
@@ -86,73 +84,34 @@ class RemoteMetadataStore(MetadataStore):
         client: httpx.Client | None = None,
         strict_reads: bool = False,
     ) -> None:
-        for name, value in (("timeout_s", timeout_s), ("query_timeout_s", query_timeout_s)):
-            if value <= 0:
-                raise ConfigurationError(f"{name} must be positive, got {value}")
-        # "http://a:1,http://b:2": replicas of one service; a call that cannot reach one
-        # moves on to the next.
-        self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
-        self._current = 0
-        self._client = client or httpx.Client(timeout=timeout_s)
-        # Only the wait for the answer is longer: a replica that is down is still noticed
-        # soon. Given as the request's "timeout" extension (what httpx's timeout argument
-        # sets), which a client passed in, such as a test client, takes as it is.
+        self._http = ServiceClient(
+            url, token=token, timeout_s=timeout_s, query_timeout_s=query_timeout_s, client=client
+        )
+        self._client = self._http.client
         self._timeout_s = timeout_s
-        timeout = httpx.Timeout(timeout_s, read=query_timeout_s)
-        self._query_extensions = {"timeout": timeout.as_dict()}
-        if token:
-            self._client.headers["Authorization"] = f"Bearer {token}"
+        self._query_extensions = self._http.query_extensions
         # instances with a long poll out: the service records them as seen meanwhile
-        self._polling: Counter[tuple[str, int]] = Counter()
-        self._polling_lock = threading.Lock()
+        self._polls_out = PollsOut()
         # what this client read and reported: a resolve is never answered older (seen.py)
         self._seen = Seen(from_store=strict_reads)
 
     @property
+    def urls(self) -> list[str]:
+        return self._http.urls
+
+    @property
     def url(self) -> str:
-        return self.urls[self._current]
+        return self._http.url
 
     def close(self) -> None:
-        self._client.close()
+        self._http.close()
 
-    # -- transport -------------------------------------------------------------------------
+    # -- transport (``service_client.py``) -----------------------------------------------
 
     def _call(
         self, method: str, path: str, *, idempotent: bool, stream: bool = False, **kwargs: Any
     ) -> httpx.Response:
-        """The service's answer to a call, retried as the module says; a refusal raised as
-        its error. With ``stream``, the answer's body is left to read (and to close)."""
-        attempts = RETRIES * len(self.urls)
-        for attempt in range(1, attempts + 1):
-            try:
-                request = self._client.build_request(method, self.url + path, **kwargs)
-                response = self._client.send(request, stream=stream)
-            except httpx.ConnectError as e:  # nothing was sent: always safe to retry
-                if attempt == attempts:
-                    raise StoreError(f"cannot reach the Lockstep service at {self.url}: {e}") from e
-                self._current = (self._current + 1) % len(self.urls)
-                if self._current != 0:
-                    continue  # try the next replica at once
-            except httpx.TransportError as e:  # sent, but no answer: a timeout, a dropped
-                # connection, a replica killed mid-request
-                if not idempotent or attempt == attempts:
-                    raise StoreError(
-                        f"the Lockstep service at {self.url} did not answer {method} {path}: "
-                        f"{e!r}" + ("" if idempotent else "; the call may or may not have applied")
-                    ) from e
-                self._current = (self._current + 1) % len(self.urls)
-            else:
-                if response.status_code < 400:
-                    return response
-                if stream:
-                    response.read()
-                    response.close()
-                if response.status_code >= 500 and idempotent and attempt < attempts:
-                    pass  # a replica restarting: try again
-                else:
-                    raise _refusal(response)
-            time.sleep(BACKOFF_S * 2 ** (attempt - 1))
-        raise AssertionError("unreachable")
+        return self._http.call(method, path, idempotent=idempotent, stream=stream, **kwargs)
 
     def _json(self, method: str, path: str, kind: Any, *, idempotent: bool, **kwargs: Any) -> Any:
         return wire.load(self._call(method, path, idempotent=idempotent, **kwargs).json(), kind)
@@ -215,7 +174,7 @@ class RemoteMetadataStore(MetadataStore):
         # the heartbeat carries this process's lineage failures to the service's /metrics
         from lockstep.barrier.runtime.lineage import failures
 
-        if self._polling[(job_id, token)] > 0:
+        if (job_id, token) in self._polls_out:
             return  # its long poll is out: the service records it as seen (wakeup.py)
         path = f"/v1/jobs/{job_id}/heartbeat"
         headers = {"Lockstep-Lineage-Failures": str(failures())}
@@ -288,16 +247,16 @@ class RemoteMetadataStore(MetadataStore):
             return written, Handoff.known(found)
         body = _written(token, barrier_id, snapshots)
         timeout = httpx.Timeout(self._timeout_s, read=wait_s + self._timeout_s)
-        self._poll_started(job_id, token)
+        self._polls_out.started((job_id, token))
         try:
-            response, lines, first = self._first_line(
+            response, lines, first = self._http.first_line(
                 f"/v1/jobs/{job_id}/written-and-next",
                 json=body,
                 params={"wait_s": round(wait_s, 3)},
                 extensions={"timeout": timeout.as_dict()},
             )
         except BaseException:
-            self._poll_ended(job_id, token)
+            self._polls_out.ended((job_id, token))
             raise
         whole = not first.endswith(",")  # answered at once: the whole document
         answer = json.loads(first if whole else first[:-1] + "}")
@@ -306,55 +265,13 @@ class RemoteMetadataStore(MetadataStore):
 
         def release() -> None:
             response.close()
-            self._poll_ended(job_id, token)
+            self._polls_out.ended((job_id, token))
 
         if whole:
             release()
             return versions, Handoff.known(wire.load(answer["next_barrier"], Barrier | None))
 
-        def next_barrier() -> Barrier | None:
-            try:
-                rest = next(lines, None)
-            except httpx.HTTPError:
-                return None
-            if rest is None:
-                return None
-            later = json.loads("{" + rest)
-            if "refused" in later:  # as the long poll would be: raised, or asked again
-                error = wire.error_from_payload(later["refused"])
-                if wire.status_for(error) < 500:
-                    raise error
-                return None
-            found: Barrier | None = wire.load(later["next_barrier"], Barrier | None)
-            return found
-
-        return versions, Handoff(next_barrier, release=release)
-
-    def _first_line(self, path: str, **kwargs: Any) -> tuple[httpx.Response, Iterator[str], str]:
-        """A streamed POST of an idempotent call, and its answer's first line (the call is
-        made again if the answer breaks off before it)."""
-        for attempt in range(1, RETRIES + 1):
-            response = self._call("POST", path, idempotent=True, stream=True, **kwargs)
-            lines = response.iter_lines()
-            try:
-                return response, lines, next(lines)
-            except (httpx.HTTPError, StopIteration) as e:
-                response.close()
-                if attempt == RETRIES:
-                    raise StoreError(
-                        f"the Lockstep service at {self.url} did not answer POST {path}: {e!r}"
-                    ) from e
-        raise AssertionError("unreachable")
-
-    def _poll_started(self, job_id: str, token: int) -> None:
-        with self._polling_lock:
-            self._polling[(job_id, token)] += 1
-
-    def _poll_ended(self, job_id: str, token: int) -> None:
-        with self._polling_lock:
-            self._polling[(job_id, token)] -= 1
-            if self._polling[(job_id, token)] <= 0:
-                del self._polling[(job_id, token)]
+        return versions, Handoff(lambda: second_part(lines), release=release)
 
     def wait_for_next_barrier(self, job_id: str, token: int, *, timeout_s: float) -> Barrier | None:
         # A long poll: the service answers as soon as a barrier is available to the job, or
@@ -364,7 +281,7 @@ class RemoteMetadataStore(MetadataStore):
         # instance as seen.
         path = f"/v1/jobs/{job_id}/next-barrier"
         deadline = time.monotonic() + timeout_s
-        self._poll_started(job_id, token)
+        self._polls_out.started((job_id, token))
         try:
             while True:
                 wait_s = max(0.0, min(deadline - time.monotonic(), MAX_WAIT_S))
@@ -381,7 +298,7 @@ class RemoteMetadataStore(MetadataStore):
                 if found is not None or time.monotonic() >= deadline:
                     return found
         finally:
-            self._poll_ended(job_id, token)
+            self._polls_out.ended((job_id, token))
 
     def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
         body = {"token": token, "barrier_id": barrier_id}
@@ -550,14 +467,14 @@ class RemoteMetadataStore(MetadataStore):
         # whole tables: SQL runs on the service (query_meta), which pushes filters down there
         slow = self._query_extensions
         return {
-            name: _arrow(self._call("GET", f"/v1/export/{name}", idempotent=True, extensions=slow))
+            name: arrow(self._call("GET", f"/v1/export/{name}", idempotent=True, extensions=slow))
             for name in names
         }
 
     def query_meta(self, query: str, *, max_rows: int | None = None) -> pa.Table:
         body = {"query": query, "max_rows": max_rows}
         slow = self._query_extensions
-        return _arrow(self._call("POST", "/v1/sql", idempotent=True, json=body, extensions=slow))
+        return arrow(self._call("POST", "/v1/sql", idempotent=True, json=body, extensions=slow))
 
     def service_catalog(self) -> dict[str, Any] | None:
         """The Iceberg catalog the service names for its clients (its ``[catalog]``)."""
@@ -570,26 +487,9 @@ class RemoteMetadataStore(MetadataStore):
         return datetime.fromisoformat(data["now"])
 
 
-def _arrow(response: httpx.Response) -> pa.Table:
-    return pa.ipc.open_stream(response.content).read_all()
-
-
 def _written(
     token: int, barrier_id: int, snapshots: Mapping[str, int | None] | None
 ) -> dict[str, Any]:
     """A WRITTEN report's body."""
     listed = dict(snapshots) if snapshots is not None else None
     return {"token": token, "barrier_id": barrier_id, "snapshots": listed}
-
-
-def _refusal(response: httpx.Response) -> Exception:
-    try:
-        payload = response.json()
-    except ValueError:
-        payload = None
-    if isinstance(payload, dict) and "error" in payload:
-        return wire.error_from_payload(payload)
-    detail = payload.get("detail") if isinstance(payload, dict) else response.text[:500]
-    return StoreError(
-        f"the Lockstep service refused the request ({response.status_code}): {detail}"
-    )

@@ -1,4 +1,5 @@
-"""The dependency rule: lower rooms never import higher ones, folders never import in a circle.
+"""The dependency rule: lower rooms never import higher ones, folders never import in a circle;
+and the sizes: modules of at most 500 lines, functions of at most 80.
 
 The rooms, lowest first (docs/architecture.md draws them). A module may import its own room
 and the rooms before it, never one after it; ``TYPE_CHECKING`` and function-level imports
@@ -188,3 +189,65 @@ def test_a_circle_between_folders_of_one_room_is_caught() -> None:
     circles = [v for v in violations(sources) if "circle" in v]
     assert circles, "barrier.runtime imports barrier.iceberg; the reverse closes a circle"
     assert all("lockstep.barrier.iceberg" in c and "lockstep.barrier.runtime" in c for c in circles)
+
+
+# -- sizes: small modules, small functions (docs/architecture.md) ---------------------------
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+# Every Python file of the repository is held to the sizes, the tests, benchmarks and tools
+# too: a 600-line test module is as hard to read as a 600-line store module. Not the
+# installed or generated trees.
+SIZED_FOLDERS = (*PACKAGE_DIRS, "tests", "bench", "tools")
+
+
+def size_breaches(sources: Mapping[str, str]) -> list[str]:
+    """Modules over :data:`MAX_MODULE_LINES` lines and functions over
+    :data:`MAX_FUNCTION_LINES` (from ``def`` to its last line, docstring included) in
+    ``sources`` ({file shown in messages: source text}), each named with its size."""
+    found = []
+    for shown, text in sorted(sources.items()):
+        lines = len(text.splitlines())
+        if lines > MAX_MODULE_LINES:
+            found.append(f"{shown}: {lines} lines (at most {MAX_MODULE_LINES}): find its seam")
+        for node in ast.walk(ast.parse(text, shown)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append(
+                        f"{shown}:{node.lineno}: {node.name} is {length} lines "
+                        f"(at most {MAX_FUNCTION_LINES})"
+                    )
+    return found
+
+
+def sized_sources() -> dict[str, str]:
+    return {
+        str(path.relative_to(ROOT)): path.read_text()
+        for folder in SIZED_FOLDERS
+        for path in sorted((ROOT / folder).rglob("*.py"))
+    }
+
+
+def test_modules_and_functions_are_small() -> None:
+    assert size_breaches(sized_sources()) == []
+
+
+def _function(name: str, body_lines: int) -> str:
+    return f"def {name}() -> None:\n" + "    x = 1\n" * (body_lines - 1)
+
+
+def test_a_501_line_module_and_an_81_line_function_are_caught() -> None:
+    at_limit = _function("f", MAX_FUNCTION_LINES) + "\n" * (MAX_MODULE_LINES - MAX_FUNCTION_LINES)
+    assert len(at_limit.splitlines()) == MAX_MODULE_LINES
+    assert size_breaches({"ok.py": at_limit}) == []
+    assert size_breaches({"long.py": at_limit + "y = 2\n"}) == [
+        "long.py: 501 lines (at most 500): find its seam"
+    ]
+    assert size_breaches({"f.py": _function("g", MAX_FUNCTION_LINES + 1)}) == [
+        "f.py:1: g is 81 lines (at most 80)"
+    ]
+    method = "class C:\n" + "".join(
+        "    " + line + "\n" for line in _function("m", 81).splitlines()
+    )
+    assert size_breaches({"c.py": method}) == ["c.py:2: m is 81 lines (at most 80)"]
