@@ -101,7 +101,7 @@ class JobRuntimeStore(JobProtocolStore, Protocol):
 
 
 class IssuingStore(Protocol):
-    """What the barrier issuer reads and writes (:mod:`lockstep.barrier.coordinator`)."""
+    """What the barrier issuer reads and writes (:mod:`lockstep.barrier.issuer`)."""
 
     def issue_barrier(self) -> Barrier: ...
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from lockstep.barrier.coordinator import BarrierIssuer, OnDemand
+from lockstep.barrier.issuer import BarrierIssuer, OnDemand
 from lockstep.cli.format import arrow_rows
 from lockstep.errors import LockstepError, NoConsistentBarrierError
 from lockstep.readers.model import ConsistencyLevel
@@ -251,7 +251,7 @@ class _Pipeline:
 
         The next barrier is issued when the root jobs have written every issued barrier
         (they are idle) and no table is more than one barrier behind them: at most two
-        barriers in flight (:class:`~lockstep.barrier.coordinator.OnDemand`).
+        barriers in flight (:class:`~lockstep.barrier.issuer.OnDemand`).
         """
         issuer = BarrierIssuer(
             self.ls.store,

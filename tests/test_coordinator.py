@@ -1,4 +1,4 @@
-"""The barrier issuer (lockstep.barrier.coordinator): policies, leadership, and its users."""
+"""The barrier issuer (lockstep.barrier.issuer): policies, leadership, and its users."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import lockstep
-from lockstep.barrier.coordinator import (
+from lockstep.barrier.issuer import (
     LEADERSHIP,
     BarrierIssuer,
     Interval,

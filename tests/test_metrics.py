@@ -22,7 +22,7 @@ from service_fixtures import ADMIN_TOKEN, READ_TOKEN, running
 from sqlalchemy import event
 
 import lockstep
-from lockstep.barrier.coordinator import LEADERSHIP
+from lockstep.barrier.issuer import LEADERSHIP
 from lockstep.barrier.iceberg.tables import IcebergTables
 from lockstep.barrier.runtime import lineage
 from lockstep.barrier.runtime.heartbeat import LIVE_WITHIN_S

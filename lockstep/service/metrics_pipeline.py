@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from lockstep.barrier.coordinator import LEADERSHIP
+from lockstep.barrier.issuer import LEADERSHIP
 from lockstep.meta_tables.store.sql.gauges import PipelineGauges
 from lockstep.service.status import job_activity
 

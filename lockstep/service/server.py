@@ -3,7 +3,7 @@
 Several replicas may serve one PostgreSQL store. Barrier ids stay gap-free and unique
 because issuing is one database transaction (a racing insert of the same id fails and is
 retried). Issuing on an interval runs in exactly one replica at a time: each replica runs a
-:class:`~lockstep.barrier.coordinator.BarrierIssuer`, which takes a leadership lease in the
+:class:`~lockstep.barrier.issuer.BarrierIssuer`, which takes a leadership lease in the
 store, and only the holder issues; when it dies its lease runs out and another replica's
 issuer takes over.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from lockstep.barrier.coordinator import BackgroundIssuer, BarrierIssuer, Interval
+from lockstep.barrier.issuer import BackgroundIssuer, BarrierIssuer, Interval
 from lockstep.errors import ConfigurationError
 from lockstep.service.auth import Grant, load_tokens
 from lockstep.service.settings import ServiceSettings
