@@ -22,8 +22,8 @@ from service_fixtures import ADMIN_TOKEN, READ_TOKEN, running
 from sqlalchemy import event
 
 import lockstep
-from lockstep.barrier.issuer import LEADERSHIP
 from lockstep.barrier.iceberg.tables import IcebergTables
+from lockstep.barrier.issuer import LEADERSHIP
 from lockstep.barrier.runtime import lineage
 from lockstep.barrier.runtime.heartbeat import LIVE_WITHIN_S
 from lockstep.barrier.runtime.lineage import OpenLineageEmitter
