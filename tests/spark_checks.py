@@ -14,6 +14,7 @@ from lockstep.barrier.iceberg.tables import (
     BARRIER_PROPERTY,
     BARRIER_TS_PROPERTY,
     INPUT_CUTS_PROPERTY,
+    INSTANCE_PROPERTY,
     JOB_PROPERTY,
     IcebergTables,
 )
@@ -105,6 +106,8 @@ def check_pipeline(
             # and every commit its barrier's issue time (for `lockstep repair`)
             issued = datetime.fromisoformat(found.pop(BARRIER_TS_PROPERTY))
             assert issued == ls.store.get_barrier(v.barrier_id).ts, f"{table} at {v.barrier_id}"
+            # and the fencing token of the instance that committed it
+            assert found.pop(INSTANCE_PROPERTY, "").isdigit(), f"{table} at {v.barrier_id}"
             assert found == {
                 BARRIER_PROPERTY: str(v.barrier_id),
                 JOB_PROPERTY: writer,

@@ -1,30 +1,42 @@
 """Crash-and-check, short version: the deep pipeline with job processes and the coordinator
-SIGKILLed at random moments (and at protocol points), readers at every level meanwhile.
+SIGKILLed at random moments (and at protocol points), paused, and its PostgreSQL restarted,
+readers at every level meanwhile.
 
 One short run per coordinator: embedded (the barrier issuer process over the shared
-SQLite store, tables in the home's Hadoop catalog) and service (two ``lockstep serve``
-replicas that every client reaches by URL, tables in Iceberg's JDBC catalog on PostgreSQL,
-which the service names to its clients). Required: every table at every barrier equals
-the ground truth (nothing lost, duplicated or wrong), zero inconsistent read_committed and
-repeatable_read reads, and a non-zero count of inconsistent read_uncommitted reads, which
-proves the checker sees a violation when there is one. The run goes on (bounded) until it
-has killed a job process and a coordinator and seen a read_uncommitted read mix barriers,
-so none of these depends on timing. The long version: ``make crash-check``
-(``tools/crash_check.py``).
+SQLite store, tables in the home's Hadoop catalog), where a job process is also paused
+until a replacement has fenced it, then resumed; and service (two ``lockstep serve``
+replicas over a PostgreSQL store of the run's own, which every client reaches by URL,
+tables in Iceberg's JDBC catalog on the same server, which the service names to its
+clients), where the leading replica is also paused until the other has taken the
+leadership over, and PostgreSQL is restarted in the middle of a barrier. Required: every
+table at every barrier equals the ground truth (nothing lost, duplicated or wrong), zero
+inconsistent read_committed and repeatable_read reads, and a non-zero count of
+inconsistent read_uncommitted reads, which proves the checker sees a violation when there
+is one. The run goes on (bounded) until it has made every fault it must and seen a
+read_uncommitted read mix barriers, so none of these depends on timing. The long version,
+every fault in both modes: ``make crash-check`` (``tools/crash_check.py``).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from _crash_pg import postgres_bin
 from _crash_run import RunPlan
 from _crash_truth import Read, compare_rows, is_consistent, mislabelled, truth_digest, truth_rows
 from crash_check import run_once, summary
-from jdbc_catalog import jdbc_catalog_table, require_driver_jar
+from jdbc_catalog import require_driver_jar
+from pg_server import REQUIRE_ENV
 
 POSTGRES = pytest.mark.postgres
 SEEDS = {"embedded": 11, "service": 12}  # the victims and faults they pick; timing varies
+# what each short run picks from (the long version: everything in both modes)
+WEIGHTS = {
+    "embedded": {"job_kill": 0.4, "coordinator_kill": 0.3, "job_pause": 0.3},
+    "service": {"job_kill": 0.3, "coordinator_kill": 0.2, "leader_pause": 0.25, "pg_restart": 0.25},
+}
 
 
 # -- the checker itself (fast): it must see a violation when there is one ----------------------
@@ -69,29 +81,33 @@ def test_checker_counts_lost_duplicated_and_unexpected_rows() -> None:
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("coordinator", ["embedded", pytest.param("service", marks=POSTGRES)])
-def test_pipeline_survives_random_kills(
-    coordinator: str,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    request: pytest.FixtureRequest,
+def test_pipeline_survives_random_faults(
+    coordinator: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Embedded on the home's Hadoop catalog; the service on Iceberg's JDBC catalog
-    (PostgreSQL), which the service names to its clients: they know only its URLs."""
-    catalog = None
-    if coordinator == "service":
+    """Embedded on the home's Hadoop catalog; the service on PostgreSQL with Iceberg's JDBC
+    catalog on the same server, which the service names to its clients: they know only
+    its URLs."""
+    service = coordinator == "service"
+    if service:
         require_driver_jar()
-        postgres_url = request.getfixturevalue("postgres_url")
-        catalog = jdbc_catalog_table(postgres_url, tmp_path / "jdbc-warehouse")
+        if postgres_bin() is None:
+            reason = "PostgreSQL's initdb was not found (apt-get install postgresql)"
+            if os.environ.get(REQUIRE_ENV):
+                pytest.fail(f"the service run must run ({REQUIRE_ENV} is set) but {reason}")
+            pytest.skip(reason)
     plan = RunPlan(
-        catalog=catalog,
         coordinator=coordinator,
         seed=SEEDS[coordinator],
         chaos_s=25.0,
         extra_s=240.0,  # the minimums below are waited for, within this
         kill_gap_s=(6.0, 14.0),
         fault_probability=1.0,  # each restart after a random kill also dies at a protocol point
+        weights=WEIGHTS[coordinator],
         min_job_kills=1,
         min_coordinator_kills=1,
+        min_job_pauses=0 if service else 1,
+        min_leader_pauses=1 if service else 0,
+        min_pg_restarts=1 if service else 0,
         min_ru_inconsistent=1,
         outage_probability=0.0,  # the long version takes the whole service down too
     )
@@ -116,4 +132,10 @@ def test_pipeline_survives_random_kills(
     assert result.reads["read_uncommitted"].inconsistent > 0
     assert result.job_kills > 0
     assert result.coordinator_kills > 0
+    if service:  # another replica led and issued meanwhile; PostgreSQL came back
+        assert result.leader_takeovers > 0
+        assert result.pg_restarts > 0
+    else:  # the paused process, resumed after its replacement attached, was refused
+        assert result.job_pauses > 0
+        assert result.fenced_exits == result.job_pauses
     assert result.ok

@@ -4,7 +4,7 @@ small job at a time (the whole pipeline is in test_spark_pipeline.py)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from spark_checks import main_barrier_history
@@ -103,10 +103,12 @@ class FlakyTables(IcebergTables):
 
     failures: list[str] = dataclasses.field(default_factory=list)
 
-    def publish(self, spark: SparkSession, table: str, job_id: str) -> int:
+    def publish_snapshot(
+        self, spark: SparkSession, table: str, job_id: str, snapshot_id: int, **kwargs: Any
+    ) -> int:
         if self.failures:
             raise IcebergError(self.failures.pop())
-        return super().publish(spark, table, job_id)
+        return super().publish_snapshot(spark, table, job_id, snapshot_id, **kwargs)
 
 
 def test_run_resumes_after_a_failed_publish(spark_ls: Lockstep, spark_base: SparkSession) -> None:

@@ -6,7 +6,14 @@
 
 With the embedded coordinator (``TARGET`` a home) this process *is* the coordinator's
 moving part: it issues into the SQLite store the jobs share, and the harness SIGKILLs and
-restarts it. With the service (``TARGET`` its URLs) it issues through the service.
+restarts it. With the service, each replica has one beside it (``TARGET`` that replica's
+URL only): the service's own ticker issues on a fixed interval,
+which this pipeline, whose pace varies several times over with the machine's load, cannot
+follow, so these issue on demand instead, through the same :class:`BarrierIssuer` and the
+same leadership lease in the store. Only the holder issues; a replica paused or killed
+with its issuer loses the lease after its ttl, and the other replica's issuer takes over.
+Each change of leadership is printed (``leading`` / ``following``), which is how the
+harness knows which replica leads.
 
 It issues the next barrier once the root jobs are at most one barrier behind (so they
 always have one to start), no table is more than ``--lag`` barriers behind, and
@@ -23,9 +30,31 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from lockstep.barrier.ports import IssuingStore
 
 STOP_FILE = "stop_issuer"
 POLL_S = 0.1
+
+
+class _LeadershipWatch:
+    """The store, printing each change of this issuer's leadership as it finds out."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._leading: bool | None = None
+
+    def try_lead(self, name: str, holder: str, *, ttl_s: float) -> bool:
+        leading = bool(self._store.try_lead(name, holder, ttl_s=ttl_s))
+        if leading != self._leading:
+            print("leading" if leading else "following", flush=True)
+            self._leading = leading
+        return leading
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the roots get the next barrier while they finish this one; nothing lags more than --lag
     policy = OnDemand(max_in_flight=args.lag + 1, root_lag=1, min_interval_s=args.min_interval)
     issuer = BarrierIssuer(
-        ls.store,
+        cast("IssuingStore", _LeadershipWatch(ls.store)),
         policy,
         # a SIGKILLed issuer's successor takes over after this long
         lease_ttl_s=2.0,

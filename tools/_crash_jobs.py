@@ -3,6 +3,7 @@
 ::
 
     python tools/_crash_jobs.py TARGET RUN_DIR enrich daily_revenue [--warehouse DIR]
+                                [--heartbeat S]
 
 ``TARGET`` is the Lockstep home (embedded coordinator on SQLite) or the service's URL(s)
 (``http://a,http://b``, with ``--warehouse``). The jobs share one SparkSession (one JVM),
@@ -14,7 +15,9 @@ Each written barrier is printed (``<job> wrote <barrier>``). A job that fails en
 process at once (exit 1, traceback on stderr): the harness restarts it, and the restarted
 instances attach, fence the old ones and recover, as after a kill. The harness kills the
 process (and its JVM) with SIGKILL at random moments, or sets ``LOCKSTEP_FAULT`` so the
-runtime kills it at a protocol point.
+runtime kills it at a protocol point, or pauses it (SIGSTOP) long enough for its
+instances' heartbeats (every ``--heartbeat`` seconds) to go stale, starts a replacement,
+and resumes it: its calls are then refused (FencedError) and it ends.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ if TYPE_CHECKING:
     from lockstep.facade import Lockstep
 
 FINAL_FILE = "final"
+JOB_PROCESSES = {  # the harness's job processes: each hosts jobs of every level (both busy)
+    "jobs-a": ("load_users", "enrich", "top_items"),
+    "jobs-b": ("load_orders", "daily_revenue", "report"),
+}
 POLL_S = 0.1
 # Lockstep's local JVM options plus room for compiled code: with C1 alone the code cache is
 # 48 MB, which this pipeline fills in a few minutes; then everything new runs interpreted
@@ -73,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path, help="the harness's run directory")
     parser.add_argument("jobs", nargs="+", help="job ids of lockstep.examples.deep")
     parser.add_argument("--warehouse", help="the Iceberg warehouse (with a service URL)")
+    parser.add_argument("--heartbeat", type=float, default=None, help="seconds between beats")
     args = parser.parse_args(argv)
 
     import lockstep
@@ -101,7 +109,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     threads = []
     for job_id in args.jobs:
-        runner = JobRunner(ls.store, by_id[job_id], spark.newSession(), ls.iceberg, progress=say)
+        runner = JobRunner(
+            ls.store,
+            by_id[job_id],
+            spark.newSession(),
+            ls.iceberg,
+            progress=say,
+            **({"heartbeat_s": args.heartbeat} if args.heartbeat else {}),
+        )
         threads.append(threading.Thread(target=job_thread, args=(runner,), name=job_id))
     for thread in threads:
         thread.start()

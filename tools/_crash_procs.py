@@ -1,8 +1,9 @@
 """The processes the crash harness starts, kills and restarts.
 
 Each runs in a session (process group) of its own, so a kill takes a job process's Spark
-JVM down with it, as a crashed container would, and the harness never signals anything
-it did not start. Output (stdout and stderr) of every start is appended to one log per
+JVM down with it, as a crashed container would, a pause (SIGSTOP) freezes both as a
+frozen container or VM would, and the harness never signals anything it did not start.
+Output (stdout and stderr) of every start is appended to one log per
 process, after a header line, so the harness can show why a process failed.
 """
 
@@ -92,6 +93,25 @@ class Managed:
         self.kill()
         return self.popen.returncode
 
+    def pause(self) -> None:
+        """SIGSTOP the process's group (the process and, for a job process, its JVM)."""
+        self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT the group stopped by :meth:`pause`."""
+        self._signal_group(signal.SIGCONT)
+
+    def detach(self, name: str, log: Path) -> Managed:
+        """Hand the running process over to a new :class:`Managed` called ``name`` (a
+        paused job process left to live on), so that this one can start a replacement,
+        whose output goes to ``log`` from then on (the old process still writes to the old
+        log)."""
+        ghost = Managed(name, self.argv, self.cwd, self.log, env=self.env, done=True)
+        ghost.popen, ghost.started_at, ghost.starts = self.popen, self.started_at, self.starts
+        ghost.fault = self.fault
+        self.popen, self.log = None, log
+        return ghost
+
     def wait(self, timeout_s: float) -> int | None:
         """Wait for the process to end by itself (None: still running after the timeout)."""
         deadline = time.monotonic() + timeout_s
@@ -115,6 +135,14 @@ class Managed:
         assert self.popen.returncode is None
         with contextlib.suppress(ProcessLookupError):  # the group is gone already
             os.killpg(self.popen.pid, signal.SIGKILL)
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the group while its leader is running or unreaped (so the group
+        id is still this harness's)."""
+        if self.popen is None or self.popen.returncode is not None or self._exited():
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, sig)
 
     def last_output(self, max_chars: int = 3000) -> str:
         """What the current (or last) start printed, at most ``max_chars`` of its end."""

@@ -1,14 +1,16 @@
 """One run of the crash harness: the deep pipeline on a fresh home, under random kills.
 
 A run starts the coordinator (embedded: the barrier issuer process over the shared SQLite
-store; service: two ``lockstep serve`` replicas over it, with the issuer and every job and
-reader using their URLs), two job processes hosting three jobs each, and a reader
-process. For ``chaos_s`` seconds (longer if the minimum kills or a read_uncommitted
-inconsistency have not been seen yet, within ``extra_s``) it SIGKILLs a random job process
-or coordinator process at random moments and restarts it; a restarted job process may
-also get a ``LOCKSTEP_FAULT``, so the runtime kills it at a protocol point. Then it stops
-issuing, lets the jobs finish the last barrier, stops the readers and checks everything
-(:mod:`_crash_truth`).
+store; service: two ``lockstep serve`` replicas over a PostgreSQL store of the run's own,
+each with a barrier issuer beside it, every job and reader using their URLs), two job
+processes hosting three jobs each, and a reader process. For ``chaos_s`` seconds (longer
+if the minimum faults or a read_uncommitted inconsistency have not been seen yet, within
+``extra_s``) it disturbs a random process at random moments: SIGKILLs a job process or a
+coordinator process and restarts it (a restarted job process may also get a
+``LOCKSTEP_FAULT``, so the runtime kills it at a protocol point), or pauses a job process
+or the leading replica, or restarts PostgreSQL mid-barrier (:mod:`_crash_faults`). Then it
+stops issuing, lets the jobs finish the last barrier, stops the readers and checks
+everything (:mod:`_crash_truth`).
 """
 
 from __future__ import annotations
@@ -19,14 +21,18 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from _crash_chaos import disturb, missing_kinds
+from _crash_faults import JobPause, LeaderPause, PgRestart
 from _crash_issuer import STOP_FILE as STOP_ISSUER
-from _crash_jobs import FINAL_FILE
+from _crash_jobs import FINAL_FILE, JOB_PROCESSES
+from _crash_pg import PgCluster, service_store
 from _crash_procs import Managed
 from _crash_reader import READS_FILE
 from _crash_reader import STOP_FILE as STOP_READERS
@@ -35,15 +41,16 @@ from _crash_truth import LevelReport, Read, TableReport, check_reads, check_tabl
 import lockstep
 from lockstep.barrier.runtime.runner import FAULT_POINTS
 from lockstep.config import CONFIG_FILE, settings_text
+from lockstep.errors import LockstepError
 from lockstep.examples import deep
 
 TOOLS = Path(__file__).resolve().parent
-JOB_PROCESSES = {  # each process hosts jobs of every level, so both are always busy
-    "jobs-a": ("load_users", "enrich", "top_items"),
-    "jobs-b": ("load_orders", "daily_revenue", "report"),
-}
 POLL_S = 0.2
 EXPECTED_ERRORS = ("StoreError",)  # a job process that could not reach a killed replica
+# ...and, for a while after PostgreSQL restarted, one whose Spark lost its JDBC catalog
+PG_RESTART_ERRORS = ("PSQLException", "terminating connection", "Connection refused")
+PG_RESTART_GRACE_S = 60.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -61,8 +68,24 @@ class RunPlan:
     outage_probability: float = 0.25  # service: a coordinator kill takes down every replica...
     outage_s: tuple[float, float] = (2.0, 12.0)  # ...for this long (clients retry ~8 s)
     fault_probability: float = 0.4  # a restarted job process gets a protocol-point fault
+    # how often each kind of disturbance is picked (the service's kinds count in service runs)
+    weights: Mapping[str, float] = field(
+        default_factory=lambda: {
+            "job_kill": 0.45,
+            "coordinator_kill": 0.25,
+            "job_pause": 0.1,
+            "leader_pause": 0.1,
+            "pg_restart": 0.1,
+        }
+    )
+    heartbeat_s: float = 1.0  # the job processes' instances beat this often...
+    stale_after_s: float = 3.0  # ...and a supervisor replaces one silent this long
+    leader_pause_s: tuple[float, float] = (5.0, 10.0)  # at least (the issuers' lease: 2 s)
     min_job_kills: int = 1
     min_coordinator_kills: int = 1
+    min_job_pauses: int = 0
+    min_leader_pauses: int = 0  # service only
+    min_pg_restarts: int = 0  # service only
     min_ru_inconsistent: int = 1
     issue_lag: int = 3
     issue_min_interval_s: float = 1.0
@@ -81,6 +104,11 @@ class RunResult:
     fault_kills: int = 0  # killed by the runtime at a LOCKSTEP_FAULT protocol point
     coordinator_kills: int = 0  # coordinator processes killed (both replicas in an outage)
     outages: int = 0  # service: every replica down at once
+    job_pauses: int = 0  # job processes paused, replaced, resumed
+    fenced_exits: int = 0  # ...whose late calls were refused (FencedError)
+    leader_pauses: int = 0  # service: the leading replica paused...
+    leader_takeovers: int = 0  # ...and another took the leadership over
+    pg_restarts: int = 0  # service: PostgreSQL restarted
     job_starts: int = 0
     expected_errors: list[str] = field(default_factory=list)  # see EXPECTED_ERRORS
     errors: list[str] = field(default_factory=list)  # anything else that ended a process
@@ -116,24 +144,78 @@ class CrashRun:
         self.workdir = workdir
         self.home = workdir / "home"
         self.rng = random.Random(plan.seed)
-        catalog = str(plan.catalog.get("type", "custom")) if plan.catalog else "hadoop"
-        self.result = RunResult(plan.coordinator, plan.seed, catalog=catalog, workdir=str(workdir))
+        self.result = RunResult(plan.coordinator, plan.seed, workdir=str(workdir))
         self._say = say
         self._t0 = time.monotonic()
-        if plan.catalog is not None:  # before anyone opens the home
-            self.home.mkdir(parents=True, exist_ok=True)
-            (self.home / CONFIG_FILE).write_text(settings_text({"catalog": plan.catalog}))
-        self.ls = lockstep.connect(self.home)  # the harness's own look at the store
+        self.pg: PgCluster | None = None  # the service's PostgreSQL (store, JDBC catalog)
+        self.pg_restarted_at: float | None = None
+        self.home.mkdir(parents=True, exist_ok=True)
+        catalog = self._open_store()  # before anyone opens the home
+        self.result.catalog = str(catalog.get("type", "custom"))
+        self.catalog = catalog
         self.replicas: list[Managed] = []
-        self.issuer: Managed | None = None
+        self.issuers: list[Managed] = []  # embedded: one; service: one beside each replica
         self.jobs: list[Managed] = []
         self.reader: Managed | None = None
+        self.faults: list[JobPause | LeaderPause | PgRestart] = []
         self._reads_offset = 0
         self._ru_inconsistent = 0
+
+    def _open_store(self) -> dict[str, Any]:
+        """The harness's own look at the store (``self.ls``); returns the catalog table.
+        The service runs over PostgreSQL, and its tables are in Iceberg's JDBC catalog on
+        the same server when the driver jar is installed (a ``plan.catalog`` wins)."""
+        plan = self.plan
+        if plan.coordinator != "service":
+            if plan.catalog is not None:
+                (self.home / CONFIG_FILE).write_text(settings_text({"catalog": plan.catalog}))
+            self.ls = lockstep.connect(self.home)
+            return self.ls.iceberg.catalog.as_dict()
+        self.pg, self.store_url, catalog = service_store(self.workdir, plan.catalog)
+        self.ls = lockstep.connect(self.store_url, catalog=catalog)
+        return catalog
 
     def log(self, message: str) -> None:
         if self._say:
             print(f"[{time.monotonic() - self._t0:6.1f}s] {message}", flush=True)
+
+    # -- the store, as the harness sees it (None while PostgreSQL restarts) ---------------------
+
+    def look(self, read: Callable[[], T]) -> T | None:
+        try:
+            return read()
+        except (LockstepError, OSError) as e:
+            self.log(f"(the harness could not read the store: {type(e).__name__})")
+            return None
+
+    def store_now(self) -> datetime | None:
+        return self.look(self.ls.store.now)
+
+    def seen_at(self, jobs: Sequence[str]) -> dict[str, datetime] | None:
+        """When each job's current instance last beat (None: never, or unknown now)."""
+        names = ", ".join(f"'{j}'" for j in jobs)
+        query = f"SELECT job_id, instance_seen_at FROM __META_JOB WHERE job_id IN ({names})"
+        rows = self.look(lambda: self.ls.sql(query).to_pylist())
+        if rows is None or any(r["instance_seen_at"] is None for r in rows):
+            return None
+        return {r["job_id"]: _utc(r["instance_seen_at"]) for r in rows}
+
+    def silent_s(self, jobs: Sequence[str]) -> float | None:
+        """How long the jobs' current instances have all been silent."""
+        seen, now = self.seen_at(jobs), self.store_now()
+        if seen is None or now is None:
+            return None
+        return (now - max(seen.values())).total_seconds()
+
+    def seen_since(self, jobs: Sequence[str], since: datetime) -> bool:
+        """Whether every job's current instance beat after ``since``."""
+        seen = self.seen_at(jobs)
+        return seen is not None and all(t > since for t in seen.values())
+
+    def written_now(self) -> dict[str, int]:
+        """Each table's newest WRITTEN barrier ({}: unknown now)."""
+        status = self.look(self.ls.tables) or []
+        return {t.table: t.latest_written or 0 for t in status}
 
     # -- processes -----------------------------------------------------------------------------
 
@@ -143,7 +225,7 @@ class CrashRun:
     def _script(self, name: str, *args: str) -> list[str]:
         return [sys.executable, str(TOOLS / name), *args]
 
-    def _start_replica(self, replica: Managed) -> None:
+    def start_replica(self, replica: Managed) -> None:
         replica.start()
         url = replica.url
         deadline = time.monotonic() + 60
@@ -158,46 +240,58 @@ class CrashRun:
             time.sleep(0.05)  # a bounded readiness probe
         raise RuntimeError(f"{replica.name} never became healthy")
 
+    def _issuer(self, name: str, target: str) -> Managed:
+        lag, interval = str(self.plan.issue_lag), str(self.plan.issue_min_interval_s)
+        return self._managed(
+            name,
+            self._script(
+                "_crash_issuer.py",
+                target,
+                str(self.workdir),
+                "--lag",
+                lag,
+                "--min-interval",
+                interval,
+            ),
+        )
+
     def start(self) -> str:
         """Register the jobs, start every process; returns the target the clients use."""
-        self.home.mkdir(parents=True, exist_ok=True)
         for job in deep.JOBS:  # before the first barrier: every job starts at barrier 1
             self.ls.store.register_job(job.spec())
         target = str(self.home)
         if self.plan.coordinator == "service":
+            config = self.workdir / "service.toml"
+            store = f"store = {json.dumps(self.store_url)}\n"
+            config.write_text(store + settings_text({"catalog": self.catalog}))
             serve = [
                 str(Path(sys.executable).parent / "lockstep"),
                 "serve",
-                "--home",
-                str(self.home),
+                "--config",
+                str(config),
             ]
             for letter in "ab":
                 port = free_port()
                 replica = self._managed(f"replica-{letter}", [*serve, "--port", str(port)])
                 replica.url = f"http://127.0.0.1:{port}"
                 self.replicas.append(replica)
-                self._start_replica(replica)
+                self.start_replica(replica)
+                self.issuers.append(self._issuer(f"issuer-{letter}", replica.url))
             # the clients know only the URLs: the service tells them where the tables are
             target = ",".join(str(r.url) for r in self.replicas)
-        run_dir = str(self.workdir)
-        self.issuer = self._managed(
-            "issuer",
-            self._script(
-                "_crash_issuer.py",
-                target,
-                run_dir,
-                "--lag",
-                str(self.plan.issue_lag),
-                "--min-interval",
-                str(self.plan.issue_min_interval_s),
-            ),
-        )
-        self.issuer.start()
+        else:
+            self.issuers.append(self._issuer("issuer", target))
+        for issuer in self.issuers:
+            issuer.start()
+        beat = ["--heartbeat", str(self.plan.heartbeat_s)]
         for name, job_ids in JOB_PROCESSES.items():
-            process = self._managed(name, self._script("_crash_jobs.py", target, run_dir, *job_ids))
+            argv = self._script("_crash_jobs.py", target, str(self.workdir), *job_ids, *beat)
+            process = self._managed(name, argv)
             process.start()
             self.jobs.append(process)
-        self.reader = self._managed("reader", self._script("_crash_reader.py", target, run_dir))
+        self.reader = self._managed(
+            "reader", self._script("_crash_reader.py", target, str(self.workdir))
+        )
         self.reader.start()
         self.log(
             f"{self.plan.coordinator} coordinator, {self.result.catalog} catalog; jobs "
@@ -206,30 +300,28 @@ class CrashRun:
         return target
 
     def stop_all(self) -> None:
-        for process in [*self.jobs, self.reader, self.issuer, *self.replicas]:
+        for fault in self.faults:
+            fault.stop()
+        for process in [*self.jobs, self.reader, *self.issuers, *self.replicas]:
             if process is not None:
                 process.kill()
         self.ls.close()
+        if self.pg is not None:
+            self.pg.stop()
 
-    # -- kills -----------------------------------------------------------------------------------
+    # -- disturbances ------------------------------------------------------------------------------
 
-    def _last_written(self, job_id: str) -> int:
-        progress = self.ls.store.job_progress(job_id, limit=4)
-        return next((p.barrier_id for p in progress if p.written_at is not None), 0)
-
-    def _restart_job(self, process: Managed, *, faults: bool) -> None:
+    def restart_job(self, process: Managed, *, faults: bool) -> None:
         fault = None
         if faults and self.rng.random() < self.plan.fault_probability:
             job_id = self.rng.choice(JOB_PROCESSES[process.name])
-            barrier_id = self._last_written(job_id) + self.rng.randint(1, 2)
-            fault = f"{self.rng.choice(FAULT_POINTS)}:{barrier_id}:{job_id}"
+            written = self.look(lambda: self.ls.store.job_progress(job_id, limit=4)) or []
+            last = next((p.barrier_id for p in written if p.written_at is not None), 0)
+            fault = f"{self.rng.choice(FAULT_POINTS)}:{last + self.rng.randint(1, 2)}:{job_id}"
         process.start(fault=fault)
         self.log(f"restarted {process.name}" + (f" with LOCKSTEP_FAULT={fault}" if fault else ""))
 
-    def _coordinator_processes(self) -> list[Managed]:
-        return self.replicas if self.replicas else [self.issuer] if self.issuer else []
-
-    def _working(self, process: Managed) -> bool:
+    def working(self, process: Managed) -> bool:
         """A job process past its start-up: up a while, and it wrote a barrier since."""
         return (
             process.poll() is None
@@ -237,47 +329,12 @@ class CrashRun:
             and " written" in process.last_output(max_chars=50_000)
         )
 
-    def kill_something(self, chaos_over: bool) -> bool:
-        """SIGKILL one random job or coordinator process, and restart it; False if the
-        chosen kind has no process to kill right now."""
-        plan, result = self.plan, self.result
-        jobs = [j for j in self.jobs if self._working(j)]
-        coordinators = [c for c in self._coordinator_processes() if c.poll() is None]
-        need_jobs = result.job_kills < plan.min_job_kills
-        need_coordinator = result.coordinator_kills < plan.min_coordinator_kills
-        if need_jobs != need_coordinator and chaos_over:
-            kill_job = need_jobs  # time is up: kill what is still missing
-        else:
-            kill_job = self.rng.random() < 0.6
-        if kill_job and jobs:
-            victim = self.rng.choice(jobs)
-            victim.kill()
-            result.job_kills += 1
-            self.log(f"SIGKILL {victim.name} (jobs {', '.join(JOB_PROCESSES[victim.name])})")
-            self._restart_job(victim, faults=True)
-            return True
-        if not kill_job and coordinators:
-            outage = len(coordinators) > 1 and self.rng.random() < plan.outage_probability
-            victims = coordinators if outage else [self.rng.choice(coordinators)]
-            for victim in victims:
-                victim.kill()
-            result.coordinator_kills += len(victims)
-            result.outages += outage
-            names = ", ".join(v.name for v in victims)
-            self.log(f"SIGKILL coordinator {names}" + (" (an outage)" if outage else ""))
-            time.sleep(self.rng.uniform(*(plan.outage_s if outage else plan.coordinator_down_s)))
-            for victim in victims:
-                if victim in self.replicas:
-                    self._start_replica(victim)
-                else:
-                    victim.start()
-            self.log(f"restarted {names}")
-            return True
-        return False
+    def tick_faults(self) -> None:
+        self.faults = [f for f in self.faults if not f.tick(self)]
 
     def tend(self, *, faults: bool) -> None:
         """Restart whatever ended by itself; record why it ended."""
-        for process in [*self.jobs, self.issuer, self.reader, *self.replicas]:
+        for process in [*self.jobs, *self.issuers, self.reader, *self.replicas]:
             if process is None or process.done:
                 continue
             code = process.poll()
@@ -289,15 +346,24 @@ class CrashRun:
             else:
                 tail = process.last_output().strip().splitlines()
                 message = f"{process.name} exited with {code}: {tail[-1] if tail else ''}"
-                expected = any(e in process.last_output() for e in EXPECTED_ERRORS)
+                expected = self._expected(process.last_output())
                 (self.result.expected_errors if expected else self.result.errors).append(message)
                 self.log(message)
             if process in self.jobs:
-                self._restart_job(process, faults=faults)
+                self.restart_job(process, faults=faults)
             elif process in self.replicas:
-                self._start_replica(process)
+                self.start_replica(process)
             else:
                 process.start()
+
+    def _expected(self, output: str) -> bool:
+        """Whether a process ended of what its coordinator's faults cause: a killed
+        replica, or PostgreSQL restarting a moment ago."""
+        if any(e in output for e in EXPECTED_ERRORS):
+            return True
+        restarted = self.pg_restarted_at
+        recent = restarted is not None and time.monotonic() - restarted < PG_RESTART_GRACE_S
+        return recent and any(e in output for e in PG_RESTART_ERRORS)
 
     # -- reads so far ------------------------------------------------------------------------------
 
@@ -306,16 +372,17 @@ class CrashRun:
         path = self.workdir / READS_FILE
         if not path.exists():
             return []
+        latest = self.look(lambda: self.ls.barriers(limit=1))
+        if latest is None:
+            return []  # the store is restarting: these reads wait for the next look
         with path.open("rb") as f:
             f.seek(self._reads_offset)
             chunk = f.read()
         complete = chunk[: chunk.rfind(b"\n") + 1]  # a line being written waits for next time
         self._reads_offset += len(complete)
-        fresh = complete.decode().splitlines()
-        reads = []
-        latest = self.ls.barriers(limit=1)
         newest = latest[0] if latest else None
-        for line in fresh:
+        reads = []
+        for line in complete.decode().splitlines():
             data = json.loads(line)
             if "store_error" in data:
                 self.result.read_errors += 1
@@ -338,18 +405,23 @@ class CrashRun:
                 elapsed = time.monotonic() - self._t0
                 reads += self.new_reads()
                 minimums = (
-                    result.job_kills >= plan.min_job_kills
-                    and result.coordinator_kills >= plan.min_coordinator_kills
+                    not missing_kinds(self)
+                    and not self.faults
                     and self._ru_inconsistent >= plan.min_ru_inconsistent
                 )
                 if (elapsed >= plan.chaos_s and minimums) or elapsed >= plan.chaos_s + plan.extra_s:
                     break
                 self.tend(faults=True)
+                self.tick_faults()
                 if elapsed >= next_kill:
-                    killed = self.kill_something(chaos_over=elapsed >= plan.chaos_s)
-                    gap = self.rng.uniform(*plan.kill_gap_s) if killed else 1.0
+                    disturbed = disturb(self, chaos_over=elapsed >= plan.chaos_s)
+                    gap = self.rng.uniform(*plan.kill_gap_s) if disturbed else 1.0
                     next_kill = time.monotonic() - self._t0 + gap
                 time.sleep(POLL_S)
+            for fault in self.faults:  # out of time: resume whatever is paused
+                fault.stop()
+                result.errors.append(f"{type(fault).__name__} still under way at the end")
+            self.faults = []
             result.barriers = self.finish()
             reads += self.new_reads()
             self.log(f"checking {result.barriers} barriers and {len(reads)} reads")
@@ -363,19 +435,19 @@ class CrashRun:
 
     def finish(self) -> int:
         """Stop issuing, let every job write the last barrier, stop the readers."""
-        assert self.issuer is not None
         assert self.reader is not None
         (self.workdir / STOP_ISSUER).touch()
-        while self.issuer.wait(60) != 0:
+        while any(issuer.wait(60) != 0 for issuer in self.issuers):
             self.tend(faults=False)  # a killed issuer restarts, sees the stop file, exits
-        self.issuer.done = True
+        for issuer in self.issuers:
+            issuer.done = True
         final = self.ls.barriers(limit=1)[0].barrier_id
         (self.workdir / FINAL_FILE).write_text(str(final))
         self.log(f"issuing stopped at barrier {final}; letting the jobs finish")
         deadline = time.monotonic() + self.plan.drain_timeout_s
         while any(j.poll() != 0 for j in self.jobs):
             if time.monotonic() > deadline:
-                written = {t.table: t.latest_written for t in self.ls.tables()}
+                written = self.written_now()
                 stuck = "".join(
                     f"\n--- {j.name} (still running), its last lines:\n"
                     + "\n".join(j.last_output().strip().splitlines()[-15:])
@@ -399,6 +471,11 @@ class CrashRun:
             replica.stop()
         self.log(f"all jobs wrote barrier {final}")
         return final
+
+
+def _utc(moment: datetime) -> datetime:
+    """The store's naive timestamps are UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
 def fresh_workdir(parent: Path | None, name: str) -> Path:

@@ -1,4 +1,4 @@
-"""Crash-and-check: the deep example pipeline under random SIGKILLs, checked against ground truth.
+"""Crash-and-check: the deep example pipeline under random faults, checked against ground truth.
 
 ::
 
@@ -8,12 +8,16 @@
 Each run starts the deep pipeline (``lockstep.examples.deep``) on a fresh home: two job
 processes (three jobs each, one Spark JVM each), the coordinator (embedded: a barrier
 issuer process over the SQLite store the processes share; service: two ``lockstep serve``
-replicas over it, which every client reaches by URL) and a reader process reading groups
+replicas over a PostgreSQL store of the run's own, which every client reaches by URL,
+tables in Iceberg's JDBC catalog on the same server) and a reader process reading groups
 of tables together at all three consistency levels. While it runs, job processes and
 coordinator processes are SIGKILLed at random moments (and job processes at protocol
-points, through ``LOCKSTEP_FAULT``) and restarted. At the end every table is checked
-against the ground truth at every barrier, and every read against the barrier it claimed
-(see ``tools/_crash_truth.py``). Runs repeat until ``--minutes`` have passed.
+points, through ``LOCKSTEP_FAULT``) and restarted; a job process is paused (SIGSTOP) until
+a replacement has fenced it, then resumed; the leading replica is paused until another
+has taken the leadership over; PostgreSQL is restarted in the middle of a barrier
+(``tools/_crash_faults.py``). At the end every table is checked against the ground truth
+at every barrier, and every read against the barrier it claimed (see
+``tools/_crash_truth.py``). Runs repeat until ``--minutes`` have passed.
 
 It prints runs, kills, barriers, reads and inconsistent reads per level, rows lost and
 duplicated, and exits 1 if anything was lost, duplicated or wrong, or if a
@@ -77,6 +81,11 @@ def summary(results: Sequence[RunResult]) -> str:
         f"{sum(r.coordinator_kills for r in results)} (outages "
         f"{sum(r.outages for r in results)}); job process starts "
         f"{sum(r.job_starts for r in results)}",
+        f"  pauses: job processes {sum(r.job_pauses for r in results)} (resumed after their "
+        f"replacement, refused {sum(r.fenced_exits for r in results)}), leading replica "
+        f"{sum(r.leader_pauses for r in results)} (taken over "
+        f"{sum(r.leader_takeovers for r in results)}); PostgreSQL restarts "
+        f"{sum(r.pg_restarts for r in results)}",
         f"  barriers: {sum(r.barriers for r in results)} "
         f"({tables.versions_checked} table versions checked against ground truth)",
         "  reads:        " + "  ".join(f"{level} {reads[level].reads:>5}" for level in LEVELS),
@@ -92,7 +101,9 @@ def summary(results: Sequence[RunResult]) -> str:
     ]
     expected = [e for r in results for e in r.expected_errors]
     if expected:
-        lines.append(f"  processes that lost a killed coordinator (restarted): {len(expected)}")
+        lines.append(
+            f"  processes that lost a killed coordinator or PostgreSQL (restarted): {len(expected)}"
+        )
     example = reads["read_uncommitted"].example
     if example:
         lines.append(f"  e.g. read_uncommitted read {example}")
@@ -146,6 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             coordinator=mode,
             seed=seed + len(results),
             chaos_s=args.chaos_seconds,
+            min_job_pauses=1,  # every fault at least once a run (the service's in service runs)
+            min_leader_pauses=1,
+            min_pg_restarts=1,
             catalog=(
                 {**catalog_table(args.catalog), "name": f"crash_{seed + len(results)}"}
                 if args.catalog

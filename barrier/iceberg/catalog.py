@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 DEFAULT_CATALOG_NAME = "lockstep"
 CATALOG_TYPES = ("hadoop", "jdbc", "rest", "hive", "glue")
+# PostgreSQL's SQL states for a connection it ended: admin shutdown, crash shutdown, starting
+PG_RESTART_STATES = "57P01,57P02,57P03"
 SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
 # Debian's libpostgresql-jdbc-java puts the driver here (`dpkg -L libpostgresql-jdbc-java`)
 # Lockstep's own REST catalog (``lockstep serve`` with ``[iceberg]``) fences and stamps job
@@ -176,6 +178,10 @@ class IcebergCatalog:
         # Several jobs share one JVM, each with its own session: a caching catalog would
         # hide one session's commits from another (and fail their next branch write).
         properties.setdefault("cache-enabled", "false")
+        if self.type == "jdbc" and self.properties.get("uri", "").startswith("jdbc:postgresql:"):
+            # a pooled connection that PostgreSQL ended (a restart, a failover) is reconnected
+            # and the call retried once, as Iceberg does for its own list of SQL states
+            properties.setdefault("retryable_status_codes", PG_RESTART_STATES)
         properties.update(self.spark_overrides)
         for prop, value in properties.items():
             settings[f"{key}.{prop}"] = value

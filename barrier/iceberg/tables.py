@@ -7,8 +7,11 @@ Lockstep's write-audit-publish on Iceberg (verified with Iceberg 1.10.2 / Spark 
 - every commit inside the barrier carries the snapshot properties ``lockstep.barrier`` and
   ``lockstep.job`` (Iceberg's per-thread commit properties, which also tag SQL MERGE, UPDATE
   and DELETE; session settings do not tag anything on Spark 3.5);
-- publishing is ``fast_forward(main -> branch)``: it keeps the snapshot id and its tags, is
-  idempotent, and refuses if main moved (it cannot: one writer per table);
+- every commit also carries ``lockstep.instance`` (the writer's fencing token), so a job
+  can tell its own staged commits from a fenced instance's late ones on its branch;
+- publishing fast-forwards main to the exact staged snapshot id (never "whatever the
+  branch holds now"), in one metadata commit: it keeps the snapshot id and its tags, is
+  idempotent, and refuses if main is not an ancestor (a fenced instance publishing late);
 - aborting resets the branch to main.
 
 A second table format (Delta, Paimon) would be a sibling of this module.
@@ -21,7 +24,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +45,7 @@ BARRIER_PROPERTY = "lockstep.barrier"
 JOB_PROPERTY = "lockstep.job"
 INPUT_CUTS_PROPERTY = "lockstep.input-cuts"  # JSON {source: cut}, on root jobs' commits
 BARRIER_TS_PROPERTY = "lockstep.barrier-ts"  # the barrier's issue time (ISO 8601, UTC)
+INSTANCE_PROPERTY = "lockstep.instance"  # the committing job instance's fencing token
 REVISION_PROPERTY = "lockstep.revision"  # on the commit that empties a table for a revision
 SIGN_COLUMN = "_sign"
 TABLE_PROPERTIES = {
@@ -188,49 +192,48 @@ class IcebergTables:
         identifier, branch = self.identifier(table), self.branch(job_id)
         loaded = self.load_table(spark, table)
         main = _head(loaded, "main")
-        if main is not None and _head(loaded, branch) == main:
+        staged = _head(loaded, branch)
+        if main is not None and staged == main:
             return  # nothing staged: already at main (replacing it would change nothing)
         if main is None:
             spark.sql(f"ALTER TABLE {identifier} DROP BRANCH IF EXISTS {branch}")
             spark.sql(f"ALTER TABLE {identifier} CREATE BRANCH {branch}")
+        elif staged is None:  # what CREATE OR REPLACE BRANCH does, without a SQL round trip
+            loaded.manageSnapshots().createBranch(branch, main).commit()
         else:
-            spark.sql(f"ALTER TABLE {identifier} CREATE OR REPLACE BRANCH {branch}")
+            loaded.manageSnapshots().replaceBranch(branch, main).commit()
 
     def staged_head(self, spark: SparkSession, table: str, job_id: str) -> int | None:
         return self.ref_head(spark, table, self.branch(job_id))
 
     def publish(self, spark: SparkSession, table: str, job_id: str) -> int:
-        """Fast-forward main to the job's branch; returns main's new head."""
-        return self._fast_forward_main(spark, table, self.branch(job_id))
+        """Fast-forward main to the head of the job's branch; returns main's new head."""
+        loaded = self.load_table(spark, table)
+        head = _head(loaded, self.branch(job_id))
+        if head is None:
+            raise IcebergError(f"{table!r} has no branch {self.branch(job_id)!r} to publish")
+        return self.publish_snapshot(spark, table, job_id, head, loaded=loaded)
 
     def publish_snapshot(
-        self, spark: SparkSession, table: str, job_id: str, snapshot_id: int
+        self, spark: SparkSession, table: str, job_id: str, snapshot_id: int, *, loaded: Any = None
     ) -> int:
-        """Fast-forward main to ``snapshot_id`` (a descendant of main's head) through a
-        short-lived branch of its own, leaving the job's staging branch alone."""
-        identifier = self.identifier(table)
-        via = "lockstep_publish_" + self.branch(job_id).removeprefix("lockstep_")
-        spark.sql(
-            f"ALTER TABLE {identifier} CREATE OR REPLACE BRANCH {via} "
-            f"AS OF VERSION {int(snapshot_id)}"
-        )
-        try:
-            return self._fast_forward_main(spark, table, via)
-        finally:
-            spark.sql(f"ALTER TABLE {identifier} DROP BRANCH IF EXISTS {via}")
+        """Fast-forward main to ``snapshot_id`` (a descendant of main's head); returns it.
 
-    def _fast_forward_main(self, spark: SparkSession, table: str, branch: str) -> int:
-        # what CALL system.fast_forward(table, 'main', branch) does, without a SQL round
-        # trip: keeps the snapshot (id and tags), a no-op when main is already there,
-        # refuses if main is not an ancestor (nothing on main is ever dropped), creates
-        # main on the table's first publish. (Unlike the procedure, it does not re-cache
-        # DataFrames cached from the table: Lockstep reads by snapshot id.)
-        loaded = self.load_table(spark, table)
-        loaded.manageSnapshots().fastForwardBranch("main", branch).commit()
-        head = _head(loaded, "main")
-        if head is None:
-            raise IcebergError(f"fast-forward of {table!r} to {branch!r} left main missing")
-        return head
+        One metadata commit: a short-lived branch at the snapshot, main fast-forwarded to
+        it, the branch removed (what ``CALL system.fast_forward`` does, by id rather than
+        by a ref that may have moved since). A no-op when main is already there; refused
+        when main is not an ancestor (nothing on main is ever dropped); creates main on the
+        table's first publish. ``loaded`` (a Java table from :meth:`staged_state`) saves a
+        load: if the table changed since, Iceberg retries the commit on the new metadata.
+        """
+        loaded = loaded if loaded is not None else self.load_table(spark, table)
+        via = "lockstep_publish_" + self.branch(job_id).removeprefix("lockstep_")
+        update = loaded.manageSnapshots()
+        if loaded.snapshot(via) is not None:  # left by a publish that crashed part-way
+            update = update.removeBranch(via)
+        update.createBranch(via, int(snapshot_id)).fastForwardBranch("main", via)
+        update.removeBranch(via).commit()
+        return int(snapshot_id)
 
     def summary(self, spark: SparkSession, table: str, snapshot_id: int) -> dict[str, str]:
         snapshot = self.load_table(spark, table).snapshot(int(snapshot_id))
@@ -249,13 +252,22 @@ class IcebergTables:
 
     def publish_state(self, spark: SparkSession, table: str, job_id: str) -> PublishState:
         """Main's head and barrier tag and the job's staged head, from one table load."""
+        return _publish_state(self.load_table(spark, table), self.branch(job_id))
+
+    def staged_state(
+        self, spark: SparkSession, table: str, job_id: str, instance: int | None
+    ) -> PublishState:
+        """:meth:`publish_state` right after staging, with the staged snapshots (those from
+        main's head to the branch's) that ``instance`` did not commit: a fenced instance
+        that resumed and committed late on the branch. ``instance`` None: not checked (a
+        catalog that fences commits itself). The loaded table comes along for
+        :meth:`publish`."""
         loaded = self.load_table(spark, table)
-        main = loaded.snapshot("main")
-        return PublishState(
-            main=int(main.snapshotId()) if main is not None else None,
-            main_barrier=_barrier_tag(main),
-            staged=_head(loaded, self.branch(job_id)),
-        )
+        state = _publish_state(loaded, self.branch(job_id))
+        foreign: tuple[int, ...] = ()
+        if instance is not None:
+            foreign = _not_committed_by(loaded, state.staged, state.main, str(instance))
+        return replace(state, foreign=foreign, loaded=loaded)
 
     # -- Spark: reads --------------------------------------------------------------------------
 
@@ -391,6 +403,46 @@ class PublishState:
     main: int | None
     main_barrier: int | None  # the barrier tag of main's head
     staged: int | None  # the head of the job's staging branch
+    foreign: tuple[int, ...] = ()  # staged snapshots another instance committed
+    loaded: Any = field(default=None, compare=False, repr=False)  # the Java table read
+
+
+def _publish_state(loaded: Any, branch: str) -> PublishState:
+    main = loaded.snapshot("main")
+    return PublishState(
+        main=int(main.snapshotId()) if main is not None else None,
+        main_barrier=_barrier_tag(main),
+        staged=_head(loaded, branch),
+    )
+
+
+MAX_STAGED_WALK = 10_000  # snapshots on a branch above main: more means something is wrong
+
+
+def _not_committed_by(
+    loaded: Any, staged: int | None, main: int | None, instance: str
+) -> tuple[int, ...]:
+    """The job commits from ``staged`` down to (not including) ``main`` whose instance tag
+    is not ``instance`` (an untagged snapshot, such as the empty one a branch of a table
+    without main starts on, is no job's commit); all of them when ``staged`` does not
+    descend from ``main``."""
+    foreign: list[int] = []
+    walked: list[int] = []
+    current = staged
+    while current is not None and current != main and len(walked) < MAX_STAGED_WALK:
+        snapshot = loaded.snapshot(current)
+        if snapshot is None:
+            break
+        walked.append(current)
+        summary = snapshot.summary()
+        tagged = summary.get(JOB_PROPERTY) is not None
+        if tagged and summary.get(INSTANCE_PROPERTY) != instance:
+            foreign.append(current)
+        parent = snapshot.parentId()
+        current = int(parent) if parent is not None else None
+    if current != main:  # the branch left main's line (or is too long): nothing is ours
+        return tuple(walked)
+    return tuple(foreign)
 
 
 def _head(loaded: Any, ref: str) -> int | None:

@@ -37,6 +37,7 @@ class BarrierContext:
         barrier: Barrier,
         previous: Barrier | None,
         cuts: Mapping[str, Mapping[str, Any]],
+        existing: set[str] | None = None,
     ) -> None:
         self.store = store
         self.job = job
@@ -46,6 +47,8 @@ class BarrierContext:
         self.previous = previous
         self.cuts = dict(cuts)
         self._written: set[str] = set()
+        # sinks known to exist: the runner's, so an instance asks the catalog once a table
+        self._existing = existing if existing is not None else set()
 
     @property
     def barrier_id(self) -> int:
@@ -118,7 +121,10 @@ class BarrierContext:
 
     def _ensure_table(self, table: str, like: DataFrame | None) -> bool:
         """Create the sink (no snapshot) and its staging branch if missing."""
+        if table in self._existing:
+            return True
         if self.tables.exists(self.spark, table):
+            self._existing.add(table)
             return True
         ddl = self.job.schemas.get(table)
         if ddl is None and like is None:
@@ -128,6 +134,7 @@ class BarrierContext:
             ddl = like._jdf.schema().toDDL()
         self.tables.create(self.spark, table, ddl)
         self.tables.reset_branch(self.spark, table, self.job.job_id)
+        self._existing.add(table)
         return True
 
     def _staging(self, table: str, like: DataFrame) -> str:

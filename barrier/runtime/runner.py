@@ -28,6 +28,7 @@ from lockstep.barrier.iceberg.tables import (
     BARRIER_PROPERTY,
     BARRIER_TS_PROPERTY,
     INPUT_CUTS_PROPERTY,
+    INSTANCE_PROPERTY,
     JOB_PROPERTY,
     IcebergTables,
     commit_properties,
@@ -37,6 +38,8 @@ from lockstep.barrier.ports import JobRuntimeStore
 from lockstep.barrier.runtime.context import BarrierContext
 from lockstep.barrier.runtime.heartbeat import HEARTBEAT_S, Heartbeat
 from lockstep.barrier.runtime.lineage import lineage_emitter
+from lockstep.barrier.runtime.spans import span
+from lockstep.barrier.runtime.staging import StagedSinks
 from lockstep.barrier.session import WAIT_CHUNK_S, JobSession
 from lockstep.barrier.sources.base import AfterWritten, RootSource
 from lockstep.errors import LockstepError
@@ -108,6 +111,7 @@ class JobRunner:
         self._guarded = False  # the catalog fences and tags this job's commits (start())
         self._lineage = lineage_emitter(store, job.spec(), tables)  # OpenLineage, if configured
         tables.register_catalog(spark)
+        self._sinks = StagedSinks(tables, spark, job.job_id, tuple(job.sinks))
 
     @property
     def session(self) -> JobSession:
@@ -123,6 +127,7 @@ class JobRunner:
         self._guarded = self.tables.catalog.guards_commits()
         if self._guarded:
             self.spark = self.tables.instance_session(self.spark, self.job.job_id, instance.token)
+        self._sinks = StagedSinks(self.tables, self.spark, self.job.job_id, tuple(self.job.sinks))
         self.recover()
         self._interrupted = False
         return self._session
@@ -133,6 +138,7 @@ class JobRunner:
         """Finish what a previous instance left: publish pre-committed barriers (exactly the
         snapshots it staged), then drop dirty ones, which :meth:`run` replays."""
         self._last_written = None  # what the store says from here on
+        self._sinks.forget()
         plan = self.session.recover()
         for barrier_id in sorted({p.barrier_id for p in plan.to_publish}):
             staged = {p.table: p.snapshot_id for p in plan.to_publish if p.barrier_id == barrier_id}
@@ -140,9 +146,7 @@ class JobRunner:
             self._progress(f"{self.job.job_id}: recovered barrier {barrier_id} (published)")
         self._undo_stale_publishes()
         for barrier_id in plan.to_abort:
-            for table in self.job.sinks:
-                if self.tables.exists(self.spark, table):
-                    self.tables.reset_branch(self.spark, table, self.job.job_id)
+            self._sinks.reset(force=True)
             self._lineage.dropped(barrier_id)
             self._progress(f"{self.job.job_id}: dropped dirty barrier {barrier_id}; replaying it")
 
@@ -155,7 +159,7 @@ class JobRunner:
         from lockstep.barrier.iceberg.maintenance import rollback_main
 
         for table in self.job.sinks:
-            if not self.tables.exists(self.spark, table):
+            if not self._sinks.exists(table):
                 continue
             on_main = self.tables.main_barrier(self.spark, table)
             recorded = self.store.version_as_of(table, _NEWEST)
@@ -271,36 +275,40 @@ class JobRunner:
         b = barrier.barrier_id
         job_id = self.job.job_id
         _fault_point("started", b, job_id)
-        previous = self._previous_barrier(b)
-        cuts = self._input_cuts(barrier, previous)
+        with span("cuts"):
+            previous = self._previous_barrier(b)
+            cuts = self._input_cuts(barrier, previous)
         self._lineage.started(barrier, cuts)
-        for table in self.job.sinks:
-            if self.tables.exists(self.spark, table):
-                self.tables.reset_branch(self.spark, table, job_id)
-        ctx = BarrierContext(
-            store=self.store,
-            job=self.job,
-            spark=self.spark,
-            tables=self.tables,
-            barrier=barrier,
-            previous=previous,
-            cuts=cuts,
-        )
+        self._sinks.reset()
         tags = {
             BARRIER_PROPERTY: str(b),
             JOB_PROPERTY: job_id,
             BARRIER_TS_PROPERTY: barrier.ts.isoformat(),  # repair restores the issue time
+            INSTANCE_PROPERTY: str(self.session.token),  # tells this instance's commits
         }
         if cuts:  # the table carries its own input cuts: `lockstep repair` can restore them
             tags[INPUT_CUTS_PROPERTY] = json.dumps(cuts, sort_keys=True)
-        # Lockstep's REST catalog stamps the barrier itself (no private Iceberg API)
-        tagging = nullcontext() if self._guarded else commit_properties(self.spark, tags)
-        with tagging:
-            self.job.step(ctx)
-            ctx.finish()  # an empty tagged commit for every sink the step did not write
-        _fault_point("after_stage", b, job_id)
-        staged = {t: self.tables.staged_head(self.spark, t, job_id) for t in self.job.sinks}
-        self.session.report_processed(b, staged)
+        staged = None
+        while staged is None:  # again if a fenced instance committed to a branch meanwhile
+            ctx = BarrierContext(
+                store=self.store,
+                job=self.job,
+                spark=self.spark,
+                tables=self.tables,
+                barrier=barrier,
+                previous=previous,
+                cuts=cuts,
+                existing=self._sinks.existing,
+            )
+            # Lockstep's REST catalog stamps the barrier itself (no private Iceberg API)
+            tagging = nullcontext() if self._guarded else commit_properties(self.spark, tags)
+            with tagging, span("step"):
+                self.job.step(ctx)
+                ctx.finish()  # an empty tagged commit for every sink the step did not write
+            _fault_point("after_stage", b, job_id)
+            staged = self._sinks.staged(b, None if self._guarded else self.session.token)
+        with span("report_processed"):
+            self.session.report_processed(b, staged)
         _fault_point("after_processed", b, job_id)
         return staged
 
@@ -317,18 +325,20 @@ class JobRunner:
         barrier is left alone); a fenced instance raises FencedError and never moves main.
         With ``ask_next``, the handoff brings the job's next barrier (see :meth:`run_barrier`);
         the work that follows the report is done before anything waits for it."""
-        self.session.ensure_current()
+        with span("ensure_current"):
+            self.session.ensure_current()
         published = {
             table: self._publish(table, barrier_id, staged.get(table)) for table in self.job.sinks
         }
         _fault_point("after_publish", barrier_id, self.job.job_id)
         handoff = Handoff.known(None)
-        if ask_next:
-            written, handoff = self.session.report_written_then_next(
-                barrier_id, published, wait_s=wait_s
-            )
-        else:
-            written = self.session.report_written(barrier_id, published)
+        with span("report_written"):
+            if ask_next:
+                written, handoff = self.session.report_written_then_next(
+                    barrier_id, published, wait_s=wait_s
+                )
+            else:
+                written = self.session.report_written(barrier_id, published)
         try:
             self._lineage.completed(barrier_id, written)
             self._after_written(barrier_id)
@@ -396,20 +406,8 @@ class JobRunner:
         return self.store.get_barrier(max(written)) if written else None
 
     def _publish(self, table: str, barrier_id: int, snapshot_id: int | None) -> int | None:
-        """Make ``snapshot_id`` main's head unless main already holds the barrier (published
-        before a crash: never publish twice); returns main's head."""
-        state = self.tables.publish_state(self.spark, table, self.job.job_id)
-        main = state.main
-        if snapshot_id is None or main == snapshot_id:
-            return main
-        if state.main_barrier is not None and state.main_barrier >= barrier_id:
-            return main
-        if state.staged == snapshot_id:
-            return self.tables.publish(self.spark, table, self.job.job_id)
-        # The branch moved since the barrier was pre-committed (a newer instance may be
-        # staging its next barrier there): publish exactly the recorded snapshot, never
-        # whatever the branch holds, and leave the branch alone.
-        return self.tables.publish_snapshot(self.spark, table, self.job.job_id, snapshot_id)
+        """Make ``snapshot_id`` main's head unless main already holds the barrier."""
+        return self._sinks.publish(table, barrier_id, snapshot_id)
 
 
 def _fault_point(point: str, barrier_id: int, job_id: str) -> None:

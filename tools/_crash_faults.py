@@ -1,0 +1,202 @@
+"""The crash harness's faults beyond SIGKILL, each followed to its end over the run's ticks.
+
+- :class:`JobPause`: a job process (Python and its JVM) is stopped with SIGSTOP. Its
+  instances' heartbeats go stale; the harness, as a supervisor would, then starts a
+  replacement, whose instances attach and fence the paused ones. Once the replacement's
+  instances beat, the paused process is resumed (SIGCONT), long past its heartbeat: its
+  late calls must be refused (it ends with ``FencedError``) and nothing it still commits
+  may reach a table's published history (the final check of every table).
+- :class:`LeaderPause` (service): the replica whose issuer leads is stopped with its
+  issuer. Another replica's issuer must take the leadership over and issue; the paused
+  one, resumed, must follow. Requests that reached the paused replica are answered late.
+- :class:`PgRestart` (service): PostgreSQL, the service's store and the JDBC catalog, is
+  restarted (a clean ``fast`` shutdown or an ``immediate`` one, as a crash) in the middle
+  of a barrier: some tables have written the newest barrier and some not.
+
+Each fault is an object the run ticks (:meth:`tick` returns True once it is over), so the
+run goes on tending its processes and reading while a fault unfolds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _crash_procs import Managed
+    from _crash_run import CrashRun
+
+STAGE_DEADLINE_S = 180.0  # a fault that does not move on within this is a problem
+REFUSED = "FencedError"
+
+
+@dataclass
+class JobPause:
+    """A paused job process, its replacement, and the paused one resumed."""
+
+    victim: Managed  # the process slot (after the replacement: the replacement)
+    jobs: tuple[str, ...]
+    began: float = field(default_factory=time.monotonic)
+    ghost: Managed | None = None  # the paused process, once the replacement started
+    replaced_at: datetime | None = None  # the store's clock then
+    resumed_at: float | None = None
+    stage_since: float = field(default_factory=time.monotonic)
+
+    def tick(self, run: CrashRun) -> bool:
+        now = time.monotonic()
+        if now - self.stage_since > STAGE_DEADLINE_S:
+            return self._give_up(run, now)
+        if self.ghost is None:
+            silent = run.silent_s(self.jobs)
+            if silent is None or silent < run.plan.stale_after_s:
+                return False
+            self.replaced_at = run.store_now()
+            self.ghost = self.victim.detach(
+                f"{self.victim.name}-paused", run.workdir / f"{self.victim.name}.{now:.0f}.log"
+            )
+            self.victim.start()
+            self.stage_since = now
+            run.log(
+                f"{self.ghost.name}: silent {silent:.1f}s (heartbeat {run.plan.heartbeat_s}s); "
+                f"started a replacement of jobs {', '.join(self.jobs)}"
+            )
+            return False
+        if self.resumed_at is None:
+            assert self.replaced_at is not None
+            if not run.seen_since(self.jobs, self.replaced_at):
+                return False  # the replacement's instances have not attached and beaten yet
+            self.ghost.resume()
+            self.resumed_at = self.stage_since = now
+            run.log(f"SIGCONT {self.ghost.name} after {now - self.began:.1f}s paused")
+            return False
+        code = self.ghost.poll()
+        if code is None:
+            return False
+        refused = REFUSED in self.ghost.last_output(max_chars=200_000)
+        run.result.fenced_exits += refused
+        run.log(f"{self.ghost.name} ended ({code})" + (", its calls refused" if refused else ""))
+        if code == 0 or not refused:
+            run.result.errors.append(
+                f"{self.ghost.name}, resumed after its replacement attached, ended with "
+                f"{code} without a refusal: {self.ghost.last_output().strip()[-500:]}"
+            )
+        return True
+
+    def _give_up(self, run: CrashRun, now: float) -> bool:
+        stage = (
+            "its heartbeat never went stale"
+            if self.ghost is None
+            else "the replacement never beat"
+            if self.resumed_at is None
+            else "it went on running after it was resumed"
+        )
+        run.result.errors.append(f"paused {self.victim.name}: {stage} within {STAGE_DEADLINE_S}s")
+        for process in (self.ghost, self.victim if self.ghost is None else None):
+            if process is not None:
+                process.resume()
+        if self.ghost is not None:
+            self.ghost.kill()
+        return True
+
+    def stop(self) -> None:
+        """The run ends: nothing of the fault may outlive it."""
+        if self.ghost is not None:
+            self.ghost.kill()
+        else:
+            self.victim.resume()
+
+
+@dataclass
+class LeaderPause:
+    """The leading replica and its issuer paused; another must take over and issue."""
+
+    paused: tuple[Managed, Managed]  # the replica, its issuer
+    others: list[Managed]  # the other replicas' issuers
+    marks: dict[str, tuple[int, int]]  # each issuer's (starts, output lines) at the pause
+    began: float = field(default_factory=time.monotonic)
+    pause_s: float = 6.0
+    new_leader: Managed | None = None
+    resumed_at: float | None = None
+    followed: bool = False
+    issued_after: bool = False
+
+    def tick(self, run: CrashRun) -> bool:
+        now = time.monotonic()
+        since = self.resumed_at or self.began
+        if now - since > STAGE_DEADLINE_S:
+            run.result.errors.append(self._problem())
+            self.stop()
+            return True
+        if self.new_leader is None:
+            self.new_leader = next((i for i in self.others if self._led(i)), None)
+        if self.resumed_at is None:
+            if self.new_leader is None or now - self.began < self.pause_s:
+                return False
+            for process in self.paused:
+                process.resume()
+            self.resumed_at = now
+            run.result.leader_takeovers += 1
+            run.log(
+                f"SIGCONT {self.paused[0].name} after {now - self.began:.1f}s; "
+                f"{self.new_leader.name} took the leadership over"
+            )
+            return False
+        self.followed = self.followed or "following" in self._lines(self.paused[1])
+        self.issued_after = self.issued_after or any(
+            line.startswith("issued barrier") for line in self._after_lead(self.new_leader)
+        )
+        return self.followed and self.issued_after
+
+    def _lines(self, issuer: Managed) -> list[str]:
+        """The issuer's output since the pause."""
+        lines = issuer.last_output(max_chars=200_000).splitlines()
+        starts, seen = self.marks.get(issuer.name, (issuer.starts, 0))
+        return lines[seen:] if starts == issuer.starts else lines  # restarted since: all
+
+    def _led(self, issuer: Managed) -> bool:
+        return "leading" in self._lines(issuer)
+
+    def _after_lead(self, issuer: Managed) -> list[str]:
+        lines = self._lines(issuer)
+        return lines[lines.index("leading") :] if "leading" in lines else []
+
+    def _problem(self) -> str:
+        name = self.paused[0].name
+        if self.new_leader is None:
+            return f"no replica took the leadership over while {name} was paused"
+        if not self.issued_after:
+            return f"{self.new_leader.name} took the leadership over but issued nothing"
+        return f"{name}'s issuer, resumed, never gave the leadership up"
+
+    def stop(self) -> None:
+        for process in self.paused:
+            process.resume()
+
+
+@dataclass
+class PgRestart:
+    """A PostgreSQL restart, once a barrier is under way (or after ``wait_s`` anyway)."""
+
+    mode: str  # "fast" or "immediate"
+    armed: float = field(default_factory=time.monotonic)
+    wait_s: float = 20.0
+
+    def tick(self, run: CrashRun) -> bool:
+        written = run.written_now()
+        newest = max(written.values(), default=0)
+        midway = bool(written) and min(written.values()) < newest
+        if not midway and time.monotonic() - self.armed < self.wait_s:
+            return False
+        assert run.pg is not None
+        t0 = time.monotonic()
+        run.pg.restart(self.mode)
+        run.result.pg_restarts += 1
+        run.pg_restarted_at = time.monotonic()
+        where = f"tables at barriers {sorted(set(written.values()))}" if midway else "idle"
+        run.log(f"restarted PostgreSQL ({self.mode}) in {time.monotonic() - t0:.1f}s, {where}")
+        return True
+
+    def stop(self) -> None:
+        pass

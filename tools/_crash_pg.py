@@ -1,0 +1,167 @@
+"""The crash harness's own PostgreSQL server: the service's store and the JDBC catalog.
+
+The harness restarts it in the middle of a barrier (a fault), so it is a private cluster
+in a temporary directory of its own, never a server something else uses: Debian's ``initdb`` and
+``pg_ctl`` (as the ``postgres`` user when the harness runs as root, which PostgreSQL
+refuses to be), on a free loopback port, stopped at the end of the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+START_TIMEOUT_S = 120
+IDLE_IN_TRANSACTION_MS = 5_000  # a platform's setting: see _options
+
+
+def postgres_bin() -> Path | None:
+    """Where ``initdb`` and ``pg_ctl`` are (the newest Debian cluster version), or None."""
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if candidates:
+        return Path(candidates[-1]).parent
+    found = shutil.which("initdb")
+    return Path(found).parent if found else None
+
+
+@dataclass
+class PgCluster:
+    """A throwaway cluster under ``root``, listening on ``127.0.0.1:port``."""
+
+    root: Path
+    port: int
+    bin_dir: Path
+
+    @property
+    def _as_postgres(self) -> list[str]:
+        return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+    @property
+    def user(self) -> str:
+        return "postgres" if os.geteuid() == 0 else os.environ.get("USER", "postgres")
+
+    def url(self, database: str = "postgres") -> str:
+        """An SQLAlchemy URL of one of the cluster's databases."""
+        return f"postgresql+psycopg://{self.user}@127.0.0.1:{self.port}/{database}"
+
+    def _ctl(self, *args: str) -> None:
+        subprocess.run(
+            [
+                *self._as_postgres,
+                str(self.bin_dir / "pg_ctl"),
+                "-D",
+                str(self.root / "data"),
+                *args,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=START_TIMEOUT_S,
+        )
+
+    @classmethod
+    def create(cls, port: int) -> PgCluster:
+        """A new cluster in a new temporary directory (its own: the ``postgres`` user
+        cannot enter a run's directory), started."""
+        bin_dir = postgres_bin()
+        if bin_dir is None:
+            raise RuntimeError(
+                "PostgreSQL's initdb was not found (Debian: apt-get install postgresql)"
+            )
+        cluster = cls(Path(tempfile.mkdtemp(prefix="lockstep-crash-pg-")), port, bin_dir)
+        try:
+            cluster.start()
+        except BaseException:
+            shutil.rmtree(cluster.root, ignore_errors=True)
+            raise
+        return cluster
+
+    def start(self) -> None:
+        """Create the cluster (``fsync`` off: a test server) and start it."""
+        if self._as_postgres:
+            shutil.chown(self.root, "postgres")
+        subprocess.run(
+            [
+                *self._as_postgres,
+                str(self.bin_dir / "initdb"),
+                "-D",
+                str(self.root / "data"),
+                "-A",
+                "trust",
+                "-U",
+                self.user,
+                "--no-sync",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=START_TIMEOUT_S,
+        )
+        self._ctl("-l", str(self.root / "log"), "-w", "-o", self._options(), "start")
+
+    def restart(self, mode: str) -> None:
+        """Stop the server (``fast``: connections ended, a clean shutdown; ``immediate``:
+        as a crash, recovered from the WAL at start) and start it again."""
+        self._ctl("-l", str(self.root / "log"), "-w", "-m", mode, "-o", self._options(), "restart")
+
+    def stop(self) -> None:
+        """Stop the server and remove its directory."""
+        with contextlib.suppress(subprocess.SubprocessError):
+            self._ctl("-m", "immediate", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def create_database(self, name: str) -> str:
+        """A new database; its URL."""
+        from sqlalchemy import create_engine, text
+
+        admin = create_engine(self.url(), isolation_level="AUTOCOMMIT")
+        try:
+            with admin.connect() as connection:
+                connection.execute(text(f'CREATE DATABASE "{name}"'))
+        finally:
+            admin.dispose()
+        return self.url(name)
+
+    def _options(self) -> str:
+        # A replica frozen inside a transaction (a pause) holds its row locks: without
+        # this, the other replica's leadership takeover (and every write to those rows)
+        # waits until it thaws. The server ends such a session, its locks with it.
+        return (
+            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
+            f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
+        )
+
+
+def service_store(
+    workdir: Path, catalog: Mapping[str, Any] | None
+) -> tuple[PgCluster, str, dict[str, Any]]:
+    """A new cluster for a service run: its store's URL, and the ``[catalog]`` table of its
+    tables: ``catalog`` if given, else Iceberg's JDBC catalog on the same server when
+    Debian's driver jar is installed, else a Hadoop catalog in ``workdir``."""
+    from lockstep.barrier.iceberg.catalog import DEBIAN_POSTGRESQL_JAR, IcebergCatalog
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    cluster = PgCluster.create(port)
+    store_url = cluster.create_database("lockstep")
+    table = dict(catalog or {})
+    if not table and DEBIAN_POSTGRESQL_JAR.is_file():
+        cluster.create_database("iceberg")
+        table = {
+            "name": "lockstep",
+            "type": "jdbc",
+            "uri": f"jdbc:postgresql://127.0.0.1:{port}/iceberg",
+            "warehouse": (workdir / "warehouse").resolve().as_uri(),
+            "jdbc.user": cluster.user,
+        }
+    elif not table:
+        table = IcebergCatalog.hadoop("lockstep", workdir / "warehouse").as_dict()
+    return cluster, store_url, table
