@@ -158,6 +158,7 @@ class CrashRun:
         self.jobs: list[Managed] = []
         self.reader: Managed | None = None
         self.faults: list[JobPause | LeaderPause | PgRestart] = []
+        self.takeovers: list[LeaderPause] = []  # leader pauses over, the leadership taken
         self._reads_offset = 0
         self._ru_inconsistent = 0
 
@@ -413,8 +414,9 @@ class CrashRun:
                     break
                 self.tend(faults=True)
                 self.tick_faults()
-                if elapsed >= next_kill:
-                    disturbed = disturb(self, chaos_over=elapsed >= plan.chaos_s)
+                chaos_over = elapsed >= plan.chaos_s
+                if elapsed >= next_kill and (not chaos_over or missing_kinds(self)):
+                    disturbed = disturb(self, chaos_over=chaos_over)
                     gap = self.rng.uniform(*plan.kill_gap_s) if disturbed else 1.0
                     next_kill = time.monotonic() - self._t0 + gap
                 time.sleep(POLL_S)
@@ -423,6 +425,9 @@ class CrashRun:
                 result.errors.append(f"{type(fault).__name__} still under way at the end")
             self.faults = []
             result.barriers = self.finish()
+            result.leader_takeovers = sum(pause.issued() for pause in self.takeovers)
+            if len(self.takeovers) > result.leader_takeovers:
+                result.errors.append("a replica took the leadership over and never issued")
             reads += self.new_reads()
             self.log(f"checking {result.barriers} barriers and {len(reads)} reads")
             result.reads = check_reads(reads, result.barriers)

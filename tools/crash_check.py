@@ -83,7 +83,7 @@ def summary(results: Sequence[RunResult]) -> str:
         f"{sum(r.job_starts for r in results)}",
         f"  pauses: job processes {sum(r.job_pauses for r in results)} (resumed after their "
         f"replacement, refused {sum(r.fenced_exits for r in results)}), leading replica "
-        f"{sum(r.leader_pauses for r in results)} (taken over "
+        f"{sum(r.leader_pauses for r in results)} (taken over, the new leader issuing: "
         f"{sum(r.leader_takeovers for r in results)}); PostgreSQL restarts "
         f"{sum(r.pg_restarts for r in results)}",
         f"  barriers: {sum(r.barriers for r in results)} "
