@@ -95,6 +95,31 @@ def test_duckdb_reads_one_barrier_under_each_view(pipeline: Pipeline, tmp_path: 
     assert pipeline.committed > first
 
 
+def test_duckdb_creates_as_select_inserts_updates_and_deletes(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    """#40 item 3: DuckDB's CTAS (a staged create) on a file:// warehouse, then INSERT,
+    UPDATE and DELETE, through the catalog; stock pyiceberg reads the same rows."""
+    from pyiceberg.catalog import load_catalog
+
+    admin = load_catalog("w", type="rest", uri=pipeline.service.uri, token=ADMIN_TOKEN)
+    admin.create_namespace("duck")
+    con = duckdb_with_iceberg(tmp_path / "duckdb-ext")
+    con.execute(f"CREATE SECRET ls_admin (TYPE iceberg, TOKEN '{ADMIN_TOKEN}')")
+    con.execute(
+        f"ATTACH 'warehouse' AS lsw (TYPE iceberg, ENDPOINT '{pipeline.service.uri}', "
+        "SECRET ls_admin)"
+    )
+    con.execute("CREATE TABLE lsw.duck.t AS SELECT range AS k, range * 10 AS v FROM range(5)")
+    con.execute("INSERT INTO lsw.duck.t VALUES (10, 100)")
+    con.execute("UPDATE lsw.duck.t SET v = v + 1 WHERE k = 1")
+    con.execute("DELETE FROM lsw.duck.t WHERE k = 2")
+    expected = [(0, 0), (1, 11), (3, 30), (4, 40), (10, 100)]
+    assert con.execute("SELECT k, v FROM lsw.duck.t ORDER BY k").fetchall() == expected
+    rows = admin.load_table("duck.t").scan().to_arrow().to_pylist()
+    assert sorted((r["k"], r["v"]) for r in rows) == expected
+
+
 def _spark_catalog(spark: Any, pipeline: Pipeline, name: str, token: str, **more: str) -> str:
     """Register the served catalog in ``spark`` as ``name`` (with ``more`` properties)."""
     settings = {

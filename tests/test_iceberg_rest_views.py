@@ -248,7 +248,16 @@ def test_a_view_is_read_only_for_a_table_named_metrics(pipeline: CatalogService)
     dropped = httpx.delete(table, headers=headers)
     assert dropped.status_code == 403, dropped.text
     assert admin.table_exists("default.metrics")
-    report = {"report-type": "scan-report", "table-name": "default.orders"}
+    report = {
+        "report-type": "scan-report",
+        "table-name": "default.orders",
+        "snapshot-id": 1,
+        "filter": True,
+        "schema-id": 0,
+        "projected-field-ids": [1],
+        "projected-field-names": ["user_id"],
+        "metrics": {},
+    }
     metrics = httpx.post(f"{table.rsplit('/', 1)[0]}/orders/metrics", json=report, headers=headers)
     assert metrics.status_code == 204  # a scan's report is still accepted under a view
 

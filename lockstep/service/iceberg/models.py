@@ -81,7 +81,7 @@ def parse(model: type[M], body: Any) -> M:
     """``body`` (parsed JSON) as ``model``, or InvalidRequestError saying what is wrong
     where (never echoing the values: they may be large, or credentials)."""
     try:
-        return model.model_validate(body)
+        return model.model_validate(_with_partition_field_ids(body))
     except (KeyError, TypeError, AttributeError, IndexError) as e:
         # a few of pyiceberg's own validators index into the input before checking it
         raise InvalidRequestError(
@@ -94,6 +94,31 @@ def parse(model: type[M], body: Any) -> M:
         )
         more = f" (and {e.error_count() - 5} more)" if e.error_count() > 5 else ""
         raise InvalidRequestError(f"invalid {_request_name(model)}: {problems}{more}") from None
+
+
+PARTITION_DATA_ID_START = 1000  # Iceberg's first partition field id
+
+
+def _with_partition_field_ids(body: Any) -> Any:
+    """``body`` with an id for each ``add-spec`` partition field that has none (the spec
+    makes ``field-id`` optional): 1000, 1001... in order, as Iceberg's own parser binds an
+    unbound spec."""
+    if isinstance(body, list):
+        return [_with_partition_field_ids(item) for item in body]
+    if not isinstance(body, dict):
+        return body
+    if body.get("action") == "add-spec" and isinstance(body.get("spec"), dict):
+        fields = body["spec"].get("fields")
+        if isinstance(fields, list) and any(
+            isinstance(f, dict) and "field-id" not in f for f in fields
+        ):
+            numbered = [
+                {"field-id": PARTITION_DATA_ID_START + i, **f} if isinstance(f, dict) else f
+                for i, f in enumerate(fields)
+            ]
+            return {**body, "spec": {**body["spec"], "fields": numbered}}
+        return body
+    return {k: _with_partition_field_ids(v) for k, v in body.items()}
 
 
 def _request_name(model: type[IcebergBaseModel]) -> str:

@@ -17,6 +17,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from lockstep.errors import AuthenticationError, ConfigurationError, LockstepError
 from lockstep.meta_tables.store.base import MetadataStore
@@ -90,7 +91,7 @@ def create_iceberg_app(
 ) -> FastAPI:
     """The catalog's routes, answering every error in the Iceberg error model: under
     ``/v1``, and again under ``/v1/{prefix}`` for the pinned views (``pinned``)."""
-    from lockstep.service.iceberg.routes import build_router, pinned_view
+    from lockstep.service.iceberg.routes import build_router, oauth_router, pinned_view
 
     app = FastAPI(
         title="Lockstep Iceberg REST catalog", openapi_url=None, docs_url=None, redoc_url=None
@@ -113,12 +114,15 @@ def create_iceberg_app(
     @app.exception_handler(HTTPException)
     def _http_error(request: Request, error: HTTPException) -> JSONResponse:
         # Starlette's own refusals: no such route (see GET /v1/config's endpoints), wrong method
-        kind = "NoSuchEndpointException" if error.status_code == 404 else "BadRequestException"
+        kind = _STARLETTE_KINDS.get(error.status_code, "BadRequestException")
         message = f"{error.detail}: {request.method} {request.url.path}"
+        headers = dict(error.headers or {})
+        if error.status_code == 405:  # every method the path answers, not one route's
+            headers["Allow"] = ", ".join(_allowed(app, request.scope))
         return JSONResponse(
             error_body(message, kind, error.status_code),
             status_code=error.status_code,
-            headers=error.headers,
+            headers=headers,
         )
 
     @app.exception_handler(Exception)
@@ -130,8 +134,21 @@ def create_iceberg_app(
 
     router = build_router(catalog, views)
     app.include_router(router, prefix="/v1")
+    app.include_router(oauth_router(), prefix="/v1")
     app.include_router(router, prefix="/v1/{prefix}", dependencies=[Depends(pinned_view(views))])
     return app
+
+
+_STARLETTE_KINDS = {404: "NoSuchEndpointException", 405: "MethodNotAllowedException"}
+
+
+def _allowed(app: FastAPI, scope: Scope) -> list[str]:
+    """The methods some route of ``app`` answers at ``scope``'s path."""
+    return [
+        method
+        for method in ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH")
+        if any(r.matches({**scope, "method": method})[0] is Match.FULL for r in app.routes)
+    ]
 
 
 def _challenge(error: LockstepError) -> dict[str, str] | None:

@@ -53,6 +53,13 @@ from lockstep.service.iceberg.names import (
 )
 from lockstep.service.iceberg.paging import page
 from lockstep.service.iceberg.pinned import PinnedViews, ReadOnlyViewError
+from lockstep.service.iceberg.spec_routes import (
+    add_oauth_route,
+    add_spec_routes,
+    existing_namespace,
+    existing_table,
+)
+from lockstep.service.iceberg.staging import prepare_folders
 from lockstep.service.iceberg.view_routes import VIEW_ENDPOINTS, add_view_routes
 from lockstep.service.iceberg.views import ServedViews
 
@@ -126,6 +133,7 @@ def build_router(catalog: ServedCatalog, views: PinnedViews) -> APIRouter:
     _add_namespaces(router, catalog, served_views)
     _add_tables(router, catalog, views)
     add_view_routes(router, served_views)  # view_routes.py
+    add_spec_routes(router, catalog)  # metrics, sign (spec_routes.py)
     _add_commits(router, catalog)
     return router
 
@@ -150,6 +158,13 @@ def pinned_view(views: PinnedViews) -> Callable[[Request, Caller], None]:
     return check
 
 
+def oauth_router() -> APIRouter:
+    """``POST /v1/oauth/tokens`` alone (no prefix): see ``spec_routes``."""
+    router = APIRouter()
+    add_oauth_route(router)
+    return router
+
+
 def _add_namespaces(router: APIRouter, catalog: ServedCatalog, served_views: ServedViews) -> None:
     @router.get("/namespaces")
     def list_namespaces(
@@ -158,7 +173,7 @@ def _add_namespaces(router: APIRouter, catalog: ServedCatalog, served_views: Ser
         page_token: Annotated[str | None, Query(alias="pageToken")] = None,
         page_size: Annotated[int | None, Query(alias="pageSize")] = None,
     ) -> Response:
-        under: Namespace = namespace_from_path(parent) if parent else ()
+        under: Namespace = existing_namespace(parent) if parent else ()
         found = {SEPARATOR.join(ns): ns for ns in catalog.list_namespaces(under)}
         shown, token = page(list(found), page_token, page_size)  # paging.py
         namespaces = [found[name] for name in shown]
@@ -174,13 +189,13 @@ def _add_namespaces(router: APIRouter, catalog: ServedCatalog, served_views: Ser
 
     @router.get("/namespaces/{namespace}")
     def load_namespace(namespace: str, _: Reader) -> Response:
-        levels = namespace_from_path(namespace)
+        levels = existing_namespace(namespace)
         properties = catalog.namespace_properties(levels)
         return _json(NamespaceResponse(namespace=levels, properties=properties))
 
     @router.head("/namespaces/{namespace}")
     def namespace_exists(namespace: str, _: Reader) -> Response:
-        catalog.namespace_properties(namespace_from_path(namespace))  # 404 if missing
+        catalog.namespace_properties(existing_namespace(namespace))  # 404 if missing
         return _no_content()
 
     @router.delete("/namespaces/{namespace}")
@@ -210,7 +225,7 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
         page_token: Annotated[str | None, Query(alias="pageToken")] = None,
         page_size: Annotated[int | None, Query(alias="pageSize")] = None,
     ) -> Response:
-        levels = namespace_from_path(namespace)
+        levels = existing_namespace(namespace)
         names = [t.name for t in catalog.list_tables(levels)]
         shown, token = page(names, page_token, page_size)  # paging.py
         entries = [ListTableResponseEntry(namespace=levels, name=n) for n in shown]
@@ -229,7 +244,10 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
             sort_order=request.write_order,
             properties=request.properties,
         )
-        return _loaded(catalog.create_table(new, stage_only=request.stage_create))
+        created = catalog.create_table(new, stage_only=request.stage_create)
+        if request.stage_create:  # DuckDB's writer needs the folders (staging.py)
+            prepare_folders(catalog.files, created.metadata)
+        return _loaded(created)
 
     @router.post("/namespaces/{namespace}/register")
     def register_table(namespace: str, body: JsonBody, _: Admin) -> Response:
@@ -245,7 +263,7 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
         namespace: str, table: str, request: Request, _: Reader, snapshots: str | None = None
     ) -> Response:
         # every snapshot is returned whatever ``snapshots`` asks (``refs`` is an option)
-        name = _table(namespace, table)
+        name = existing_table(namespace, table)
         loaded = catalog.load_table(name)
         if "prefix" in request.path_params:  # a view: main at the view's barrier
             loaded = views.load(name, loaded, request.state.view)
@@ -255,7 +273,7 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
 
     @router.head("/namespaces/{namespace}/tables/{table}")
     def table_exists(namespace: str, table: str, _: Reader) -> Response:
-        if not catalog.table_exists(_table(namespace, table)):
+        if not catalog.table_exists(existing_table(namespace, table)):
             return Response(status_code=404)
         return _no_content()
 
@@ -274,10 +292,6 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
         request = parse(RenameTableIn, body)
         catalog.rename_table(_identified(request.source), _identified(request.destination))
         return _no_content()
-
-    @router.post("/namespaces/{namespace}/tables/{table}/metrics")
-    def report_metrics(namespace: str, table: str, _: Reader, body: JsonBody = None) -> Response:
-        return _no_content()  # accepted and dropped: this catalog keeps no scan metrics
 
 
 def _add_commits(router: APIRouter, catalog: ServedCatalog) -> None:
