@@ -209,3 +209,21 @@ def test_plans_benchmark_prints_each_statement_with_the_rows_it_read(tmp_path: P
         statements = [row for row in rows if "ls_table_version" in row]
         assert statements, table
         assert "baseline SELECT 1: " in table.splitlines()[0]
+
+
+@pytest.mark.slow
+def test_view_loads_benchmark_times_each_kind_of_load(tmp_path: Path) -> None:
+    pytest.importorskip("pyiceberg")
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "view_loads.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    rows = {line.split("  ")[0].strip(): line.split() for line in result.stdout.splitlines()}
+    for kind in ("plain", "pinned view", "barrier view"):
+        figures = [float(x.rstrip("x")) for x in rows[kind][-4:]]
+        assert all(f > 0 for f in figures), (kind, rows[kind])
+    assert rows["plain"][-2] == "1.00x"
