@@ -61,6 +61,11 @@ def test_reads_of_names_that_cannot_exist_are_not_found(uri: str) -> None:
     _error(
         httpx.get(f"{uri}/namespaces/a%01b/tables", headers=ADMIN), 404, "NoSuchNamespaceException"
     )
+    dropped = httpx.delete(f"{uri}/namespaces/d/tables/a%01b", headers=ADMIN)  # nothing to drop
+    _error(dropped, 404, "NoSuchTableException")
+    _error(httpx.get(f"{uri}/namespaces/d/views/a%01b", headers=ADMIN), 404, "NoSuchViewException")
+    head = httpx.head(f"{uri}/namespaces/d/tables/nope", headers=ADMIN)
+    assert (head.status_code, head.headers["content-type"]) == (404, "application/json")
     # a change naming one is still a 400 that says why
     bad = {"name": "a/b", "schema": {"type": "struct", "fields": []}}
     assert "may not hold" in _error(

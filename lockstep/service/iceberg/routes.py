@@ -200,15 +200,15 @@ def _add_namespaces(router: APIRouter, catalog: ServedCatalog, served_views: Ser
 
     @router.delete("/namespaces/{namespace}")
     def drop_namespace(namespace: str, _: Admin) -> Response:
-        served_views.check_no_views(namespace_from_path(namespace))
-        catalog.drop_namespace(namespace_from_path(namespace))
+        served_views.check_no_views(existing_namespace(namespace))
+        catalog.drop_namespace(existing_namespace(namespace))
         return _no_content()
 
     @router.post("/namespaces/{namespace}/properties")
     def update_namespace_properties(namespace: str, body: JsonBody, _: Admin) -> Response:
         request = parse(UpdateNamespacePropertiesIn, body)
         changes = catalog.update_namespace_properties(
-            namespace_from_path(namespace), request.removals, request.updates
+            existing_namespace(namespace), request.removals, request.updates
         )
         return _json(
             UpdateNamespacePropertiesResponse(
@@ -274,7 +274,7 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
     @router.head("/namespaces/{namespace}/tables/{table}")
     def table_exists(namespace: str, table: str, _: Reader) -> Response:
         if not catalog.table_exists(existing_table(namespace, table)):
-            return Response(status_code=404)
+            return Response(status_code=404, media_type="application/json")
         return _no_content()
 
     @router.delete("/namespaces/{namespace}/tables/{table}")
@@ -284,7 +284,7 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
         _: Admin,
         purge: Annotated[bool, Query(alias="purgeRequested")] = False,
     ) -> Response:
-        catalog.drop_table(_table(namespace, table), purge=purge)
+        catalog.drop_table(existing_table(namespace, table), purge=purge)
         return _no_content()
 
     @router.post("/tables/rename")

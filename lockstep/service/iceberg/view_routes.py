@@ -18,9 +18,16 @@ from pyiceberg.catalog.rest import (
 from pyiceberg.view.metadata import ViewMetadata
 
 from lockstep.service.deps import Admin, Reader
+from lockstep.service.iceberg.errors import NoSuchIcebergTableError, NoSuchViewError
 from lockstep.service.iceberg.models import RenameTableIn, parse
-from lockstep.service.iceberg.names import namespace_from_path, namespace_of, table_name
+from lockstep.service.iceberg.names import (
+    TableName,
+    namespace_from_path,
+    namespace_of,
+    table_name,
+)
 from lockstep.service.iceberg.paging import page
+from lockstep.service.iceberg.spec_routes import existing_namespace, existing_table
 from lockstep.service.iceberg.views import CommitViewIn, CreateViewIn, ServedViews, as_served
 
 JsonBody = Annotated[Any, Body()]
@@ -47,6 +54,14 @@ def _loaded(metadata: ViewMetadata, location: str) -> Response:
     return Response(json.dumps(body), media_type="application/json")
 
 
+def _existing_view(namespace: str, view: str) -> TableName:
+    """The view of a path; NoSuchViewError for a name that cannot exist."""
+    try:
+        return existing_table(namespace, view)
+    except NoSuchIcebergTableError as e:
+        raise NoSuchViewError(f"{'.'.join(e.namespace)}.{e.table}") from None
+
+
 def add_view_routes(router: APIRouter, views: ServedViews) -> None:
     """The seven view routes of the spec, on ``router``."""
 
@@ -57,7 +72,7 @@ def add_view_routes(router: APIRouter, views: ServedViews) -> None:
         page_token: Annotated[str | None, Query(alias="pageToken")] = None,
         page_size: Annotated[int | None, Query(alias="pageSize")] = None,
     ) -> Response:
-        levels = namespace_from_path(namespace)
+        levels = existing_namespace(namespace)
         names, token = page([v.name for v in views.list(levels)], page_token, page_size)
         entries = [ListTableResponseEntry(namespace=levels, name=n) for n in names]
         response = ListTablesResponse.model_validate(
@@ -73,21 +88,21 @@ def add_view_routes(router: APIRouter, views: ServedViews) -> None:
 
     @router.get("/namespaces/{namespace}/views/{view}")
     def load_view(namespace: str, view: str, _: Reader) -> Response:
-        return _loaded(*views.load(table_name(namespace_from_path(namespace), view)))
+        return _loaded(*views.load(_existing_view(namespace, view)))
 
     @router.head("/namespaces/{namespace}/views/{view}")
     def view_exists(namespace: str, view: str, _: Reader) -> Response:
-        found = views.exists(table_name(namespace_from_path(namespace), view))
-        return Response(status_code=204 if found else 404)
+        found = views.exists(_existing_view(namespace, view))
+        return Response(status_code=204 if found else 404, media_type="application/json")
 
     @router.post("/namespaces/{namespace}/views/{view}")
     def replace_view(namespace: str, view: str, body: JsonBody, _: Admin) -> Response:
         request = parse(CommitViewIn, body)
-        return _loaded(*views.commit(table_name(namespace_from_path(namespace), view), request))
+        return _loaded(*views.commit(_existing_view(namespace, view), request))
 
     @router.delete("/namespaces/{namespace}/views/{view}")
     def drop_view(namespace: str, view: str, _: Admin) -> Response:
-        views.drop(table_name(namespace_from_path(namespace), view))
+        views.drop(_existing_view(namespace, view))
         return Response(status_code=204)
 
     @router.post("/views/rename")
