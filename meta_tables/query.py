@@ -1,96 +1,45 @@
-"""Run a user's read-only SQL over the meta views, in an isolated in-memory DuckDB.
-
-The query gets its own DuckDB connection with only the base tables it needs (as Arrow) and
-the views, all temporary to that connection, so concurrent queries never see each other's.
-The connections share one in-memory database per process (opening a database costs ~15 ms,
-a connection to it microseconds) whose external access (files, network, extensions) is
-disabled, whose memory is bounded and whose configuration is locked.
+"""Run a user's read-only SQL over the meta views, in a sandboxed in-memory DuckDB.
 
 Only a single SELECT is accepted (or EXPLAIN [ANALYZE] of one), as DuckDB's own parser
 classifies it: the meta tables are read-only, and since the database is shared, nothing a
-query does may outlive it. After each query the database is checked for anything
-persistent (a table, view, macro or sequence outside the query's temporary schema); if
-something slipped through, the database is replaced and the query refused.
+query does may outlive it (:mod:`.sandbox` proves it after each run).
+
+A query is answered in steps: the uncorrelated subqueries the pushdown evaluates (each a
+meta query of its own), the export of the base rows it needs, a check that those
+subqueries still give the same values over the export (else everything is exported
+again), and the query itself. **One deadline bounds them all**: every step spends from the
+query's time limit, and a step that starts after it is refused.
+
+The steps run in this process (:func:`.sandbox.execute`), or, with ``workers``, in one
+worker process of a pool whose memory is bounded from outside (:mod:`.workers`): the
+service does that for SQL from the network, since DuckDB's memory limit does not bound
+what a query's strings take.
 """
 
 from __future__ import annotations
 
-import difflib
-import os
 import re
-import threading
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
 
-from lockstep.errors import (
-    ConfigurationError,
-    LockstepError,
-    MetaQueryError,
-    ReadOnlyQueryError,
-)
+from lockstep.errors import LockstepError, MetaQueryError, ReadOnlyQueryError
+from lockstep.meta_tables import sandbox
 from lockstep.meta_tables.pushdown import Restriction, Value, pushdown
 from lockstep.meta_tables.pushdown_plan import MAX_SUBQUERY_VALUES
+from lockstep.meta_tables.sandbox import Deadline, Run
 from lockstep.meta_tables.views import VIEWS, base_tables_for, with_view_dependencies
 
 Exporter = Callable[[Collection[str], Sequence[Restriction]], dict[str, pa.Table]]
+Execute = Callable[[Run], "pa.Table | None"]
 
 _META_NAME = re.compile(r"__META_[A-Z_]+", re.IGNORECASE)
-_MISSING_TABLE = re.compile(r"Table with name (\S+) does not exist")
 # What EXPLAIN [ANALYZE] [(options)] puts before the statement it explains.
 _EXPLAIN_PREFIX = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^()]*\)\s*)?", re.IGNORECASE)
-DEFAULT_MEMORY_LIMIT = "1GB"  # per process, for all meta queries together
-MEMORY_LIMIT_ENV = "LOCKSTEP_META_SQL_MEMORY_LIMIT"
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 60.0  # a query running longer is interrupted (the service sets its own)
-DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
-    "enable_external_access": False,
-    "autoinstall_known_extensions": False,
-    "autoload_known_extensions": False,
-    "allow_community_extensions": False,
-    "threads": 1,
-}
-# Anything a query could leave behind in the shared database, outside its temp schema.
-_PERSISTENT_OBJECTS = """
-SELECT (SELECT count(*) FROM duckdb_tables() WHERE database_name <> 'temp')
-     + (SELECT count(*) FROM duckdb_views() WHERE database_name <> 'temp' AND NOT internal)
-     + (SELECT count(*) FROM duckdb_functions()
-        WHERE database_name <> 'temp' AND NOT internal
-          AND function_type IN ('macro', 'table_macro'))
-     + (SELECT count(*) FROM duckdb_sequences() WHERE database_name <> 'temp')
-"""
-
-
-_database: tuple[int, duckdb.DuckDBPyConnection] | None = None  # (pid, connection)
-_database_lock = threading.Lock()
-
-
-def _connect() -> duckdb.DuckDBPyConnection:
-    """A new connection to this process's sandboxed in-memory database."""
-    global _database
-    with _database_lock:
-        if _database is None or _database[0] != os.getpid():  # none yet, or forked
-            memory = os.environ.get(MEMORY_LIMIT_ENV) or DEFAULT_MEMORY_LIMIT
-            try:
-                database = duckdb.connect(
-                    ":memory:", config={**DUCKDB_CONFIG, "memory_limit": memory}
-                )
-            except duckdb.Error as e:
-                raise ConfigurationError(
-                    f"{MEMORY_LIMIT_ENV}={memory!r} is not a memory size DuckDB understands "
-                    f"(such as 512MB or 2GB): {e}"
-                ) from e
-            database.execute("SET lock_configuration = true")
-            _database = (os.getpid(), database)
-        return _database[1].cursor()
-
-
-def _discard_database() -> None:
-    """Forget the shared database (the next query gets a fresh one)."""
-    global _database
-    with _database_lock:
-        _database = None
 
 
 def _single_statement(sql: str) -> duckdb.Statement:
@@ -137,6 +86,17 @@ def referenced_views(query: str) -> set[str]:
     return names & known
 
 
+@dataclass(frozen=True)
+class _Steps:
+    """What every step of one query shares: its exporter, where it runs, its deadline."""
+
+    export: Exporter
+    execute: Execute
+    deadline: Deadline
+    now_us: int
+    max_bytes: int | None  # for a subquery's values (the query's own is its caller's)
+
+
 def run_meta_query(
     query: str,
     export: Exporter,
@@ -145,85 +105,65 @@ def run_meta_query(
     max_rows: int | None = None,
     timeout_s: float | None = None,
     max_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    workers: int | None = None,
 ) -> pa.Table:
     """Run ``query`` over the meta views and return its result as Arrow.
 
     ``max_rows`` and ``max_bytes`` refuse larger results; ``timeout_s`` (default
-    :data:`DEFAULT_TIMEOUT_S`) interrupts a query that runs longer.
+    :data:`DEFAULT_TIMEOUT_S`, 0: none) bounds the whole query, its pushdown and exports
+    included. ``workers``: run it in a pool of that many worker processes sharing the meta
+    SQL memory budget (:mod:`.workers`), instead of in this process.
     """
     check_read_only(query)
-    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
-    con = _connect()
+    deadline = Deadline.start(DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
+    if workers is None:
+        steps = _Steps(export, sandbox.execute, deadline, now_us, None)
+        return _answer(query, steps, max_rows, max_bytes)
+    from lockstep.meta_tables.workers import worker_pool
+
+    with worker_pool(workers).lease(deadline) as worker:
+        limit = worker.max_result_bytes
+        steps = _Steps(export, worker.execute, deadline, now_us, limit)
+        return _answer(query, steps, max_rows, min(max_bytes, limit))
+
+
+def _answer(query: str, steps: _Steps, max_rows: int | None, max_bytes: int | None) -> pa.Table:
+    """Pushdown, export, check and run, within the steps' deadline."""
+    views = with_view_dependencies(referenced_views(query))
+    needed = sorted(base_tables_for(views))
+    ordered = tuple(view.name for view in VIEWS if view.name in views)  # dependency order
+
+    def evaluate(sql: str) -> list[Value] | None:
+        return _subquery_values(sql, steps)
+
+    parser = sandbox.connect()  # parses only: the query runs where steps.execute runs it
     try:
-        views = with_view_dependencies(referenced_views(query))
-        needed = sorted(base_tables_for(views))
-
-        def evaluate(sql: str) -> list[Value] | None:
-            return _subquery_values(sql, export, now_us=now_us, timeout_s=timeout_s)
-
-        pushed = pushdown(con, query, frozenset(needed), evaluate)
-        for name, table in export(needed, pushed.restrictions).items():
-            con.register(name, table)
-        con.execute(f"CREATE TEMP MACRO lockstep_now_us() AS {int(now_us)}::BIGINT")
-        for view in VIEWS:  # in dependency order
-            if view.name in views:
-                con.execute(f"CREATE TEMP VIEW {view.name} AS {view.sql}")
-        if not _checks_hold(con, pushed.checks):  # the store changed since: all of it
-            for name, table in export(needed, ()).items():
-                con.register(name, table)
-        interrupted = threading.Event()
-
-        def interrupt() -> None:
-            interrupted.set()
-            con.interrupt()
-
-        timer = threading.Timer(timeout_s, interrupt) if timeout_s else None
-        if timer is not None:
-            timer.daemon = True
-            timer.start()
-        try:
-            result = _fetch(con.execute(query), max_rows, max_bytes)
-        except (duckdb.InterruptException, OSError, pa.ArrowException) as e:
-            # an interrupt while the result streams into Arrow surfaces as an Arrow error
-            if not interrupted.is_set():
-                raise MetaQueryError(f"query failed: {e}") from e
-            raise MetaQueryError(f"the query ran longer than {timeout_s}s and was stopped") from e
-        except duckdb.PermissionException as e:
-            raise ReadOnlyQueryError(
-                f"the query tried to reach outside the meta tables (files, network or "
-                f"extensions are disabled): {e}"
-            ) from e
-        except duckdb.OutOfMemoryException as e:
-            raise MetaQueryError(
-                f"the query needed more memory than meta SQL may use ({MEMORY_LIMIT_ENV}); "
-                "aggregate, filter or add a LIMIT"
-            ) from e
-        except duckdb.CatalogException as e:
-            raise MetaQueryError(_catalog_message(e)) from e
-        except duckdb.Error as e:
-            raise MetaQueryError(f"query failed: {e}") from e
-        finally:
-            if timer is not None:
-                timer.cancel()
-            _check_nothing_persists(con)
-        return result
+        pushed = pushdown(parser, query, frozenset(needed), evaluate)
     finally:
-        con.close()
+        parser.close()
+    for restrictions in (pushed.restrictions, ()):  # the store changed since: all of it
+        steps.deadline.check()
+        tables = steps.export(needed, restrictions)
+        steps.deadline.check()
+        checks = pushed.checks if restrictions else ()
+        run = Run(query, tables, ordered, steps.now_us, steps.deadline, max_rows, max_bytes, checks)
+        result = steps.execute(run)
+        if result is not None:
+            return result
+    raise AssertionError("a run without checks always answers")
 
 
-def _subquery_values(
-    sql: str, export: Exporter, *, now_us: int, timeout_s: float
-) -> list[Value] | None:
-    """An uncorrelated subquery's values (its one column), run as a meta query of its own;
-    None if it is not one (it names the outer query's columns, say), returns too many, or
-    its column is neither plain text nor an integer (an ENUM, JSON... which DuckDB would
-    compare with a key otherwise than the store's exact equality)."""
+def _subquery_values(sql: str, steps: _Steps) -> list[Value] | None:
+    """An uncorrelated subquery's values (its one column), run as a meta query of its own
+    within the query's deadline; None if it is not one (it names the outer query's
+    columns, say), returns too many, or its column is neither plain text nor an integer
+    (an ENUM, JSON... which DuckDB would compare with a key otherwise than the store's exact
+    equality)."""
     try:
-        table = run_meta_query(
-            sql, export, now_us=now_us, max_rows=MAX_SUBQUERY_VALUES, timeout_s=timeout_s
-        )
+        check_read_only(sql)
+        table = _answer(sql, steps, MAX_SUBQUERY_VALUES, steps.max_bytes)
     except LockstepError:
-        return None
+        return None  # a timeout included: the next step meets the deadline
     if table.num_columns != 1 or not _comparable_as_stored(table.schema.field(0).type):
         return None
     return list(table.column(0).to_pylist())
@@ -233,66 +173,3 @@ def _comparable_as_stored(kind: pa.DataType) -> bool:
     return bool(
         pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)
     )
-
-
-def _checks_hold(
-    con: duckdb.DuckDBPyConnection, checks: Sequence[tuple[str, tuple[Value, ...]]]
-) -> bool:
-    """Each subquery the pushdown assumed gives the same values over the export."""
-    for sql, values in checks:
-        try:
-            found = [row[0] for row in con.execute(sql).fetchall()]
-        except duckdb.Error:
-            return False
-        if sorted(map(repr, found)) != sorted(map(repr, values)):
-            return False
-    return True
-
-
-def _catalog_message(error: duckdb.CatalogException) -> str:
-    """DuckDB's message, except for a missing table: DuckDB suggests its own catalog tables
-    (``Did you mean "pg_am"?``); the meta tables are the ones to suggest.
-
-    >>> missing = duckdb.CatalogException("Table with name __META_TABEL does not exist!")
-    >>> _catalog_message(missing).split(";")[0]
-    'query failed: no table named __META_TABEL (did you mean __META_TABLE?)'
-    """
-    missing = _MISSING_TABLE.search(str(error))
-    if missing is None:
-        return f"query failed: {error}"
-    name = missing.group(1)
-    names = [view.name for view in VIEWS]
-    close = difflib.get_close_matches(name.upper(), names, n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    return f"query failed: no table named {name}{hint}; the meta tables are {', '.join(names)}"
-
-
-def _check_nothing_persists(con: duckdb.DuckDBPyConnection) -> None:
-    """The parser check is the rule; this is the proof: refuse (and replace the shared
-    database) if anything outlives the query."""
-    left = con.execute(_PERSISTENT_OBJECTS).fetchone()
-    if left is not None and left[0]:
-        _discard_database()
-        raise ReadOnlyQueryError(
-            "the query left objects in the shared meta database; it was discarded and the "
-            "query refused (only SELECT queries are allowed on the meta tables)"
-        )
-
-
-def _fetch(result: duckdb.DuckDBPyConnection, max_rows: int | None, max_bytes: int) -> pa.Table:
-    reader = result.to_arrow_reader(1024)
-    batches, count, size = [], 0, 0
-    for batch in reader:
-        batches.append(batch)
-        count += batch.num_rows
-        size += batch.nbytes
-        if max_rows is not None and count > max_rows:
-            raise MetaQueryError(
-                f"the query returned more than {max_rows} rows; add a LIMIT or aggregate"
-            )
-        if size > max_bytes:
-            raise MetaQueryError(
-                f"the query's result is larger than {max_bytes} bytes; select fewer columns, "
-                "add a LIMIT or aggregate"
-            )
-    return pa.Table.from_batches(batches, schema=reader.schema)

@@ -14,6 +14,7 @@ import lockstep
 from lockstep.errors import LockstepError, MetaQueryError, ReadOnlyQueryError
 from lockstep.facade import Lockstep
 from lockstep.meta_tables import query as meta_query
+from lockstep.meta_tables import sandbox
 
 WRITES = [
     "CREATE MACRO make_timestamp(x) AS TIMESTAMP '1999-01-01'",
@@ -104,9 +105,9 @@ def test_hostile_queries_are_refused_and_leave_nothing(sandboxed: Lockstep, quer
     assert isinstance(refused.value, (ReadOnlyQueryError, MetaQueryError))
     assert str(refused.value)  # says what was wrong
     assert sandboxed.sql(BEFORE).to_pylist() == before
-    database = meta_query._connect()
+    database = sandbox.connect()
     try:
-        assert database.execute(meta_query._PERSISTENT_OBJECTS).fetchone() == (0,)
+        assert database.execute(sandbox._PERSISTENT_OBJECTS).fetchone() == (0,)
     finally:
         database.close()
 
@@ -244,7 +245,7 @@ def test_the_meta_database_attaches_nothing_and_loads_no_scanner(sandboxed: Lock
     open any file, or run any SQL on the server, even with external access disabled) are
     not loaded, so no query can reach the store's other tables or its credentials."""
     sandboxed.sql("SELECT * FROM __META_BARRIER WHERE barrier_id > (SELECT 1)")
-    database = meta_query._connect()
+    database = sandbox.connect()
     try:
         attached = {
             r[0]

@@ -433,6 +433,7 @@ def _add_meta_tables(
             now_us=to_micros(store.now()),
             max_rows=max_rows,
             timeout_s=sql_timeout_s,
+            workers=int(pool.limiter.total_tokens),  # a worker process per running query
         )
         return arrow_ipc(table)
 
