@@ -4,7 +4,7 @@ A client sends ``pageSize`` (and ``pageToken=""`` on its first call, to say it p
 answer holds at most that many names and, when more follow, ``next-page-token``, which the
 client sends back as ``pageToken``. The token is the last name of the page (URL-safe
 base64): the next page starts after it, so names added or dropped between two calls shift
-nothing. Without ``pageSize`` every name is one page.
+nothing. Without ``pageSize`` every name is one page; a page holds at most 10,000.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ def page(items: Sequence[T], token: str | None, size: int | None) -> tuple[list[
     >>> page(["a", "b", "c"], "Yg", 2)
     (['c'], None)
     """
-    if size is not None and not 0 < size <= MAX_PAGE_SIZE:
-        raise InvalidRequestError(f"pageSize must be 1 to {MAX_PAGE_SIZE}, got {size}")
+    if size is not None and size < 1:
+        raise InvalidRequestError(f"pageSize must be at least 1, got {size}")
+    if size is not None:
+        size = min(size, MAX_PAGE_SIZE)  # a larger ask gets a full page and a token
     ordered = sorted(items, key=str)
     if token:
         after = _decoded(token)
