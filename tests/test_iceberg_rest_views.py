@@ -320,3 +320,26 @@ def test_a_barrier_view_shows_that_barrier_or_says_why_not(pipeline: CatalogServ
         response = _get(pipeline, f"config?warehouse={bad}")
         assert response.status_code == 400
         assert "lockstep:barrier=42" in response.text
+
+
+def test_a_read_committed_view_shows_the_newest_processed_barrier(
+    pipeline: CatalogService,
+) -> None:
+    """``lockstep:read_committed``: barrier 2 PROCESSED (not WRITTEN) in totals is shown
+    there, as design §3's read_committed resolves; the repeatable-read view stays at 1."""
+    store, token = pipeline.store, TOKENS["sum"]
+    barrier = store.next_barrier("sum", token)
+    assert barrier is not None
+    writer = catalog(
+        pipeline, **{"header.X-Lockstep-Job": "sum", "header.X-Lockstep-Token": str(token)}
+    )
+    totals = writer.load_table("default.totals")
+    totals.append(pa.table({"user_id": ["b2"], "amount": [20]}, schema=SCHEMA))
+    head = writer.load_table("default.totals").metadata.refs["main"].snapshot_id
+    store.report_processed("sum", token, barrier.barrier_id, {"totals": head})
+    committed = catalog(pipeline, READ_TOKEN, warehouse="lockstep:read_committed")
+    assert committed.properties["prefix"].startswith("rc-")
+    assert main_rows(committed.load_table("default.totals")) == ["b1", "b2"]
+    assert main_rows(committed.load_table("default.orders")) == ["b1", "b2"]
+    repeatable = catalog(pipeline, READ_TOKEN, warehouse=CONSISTENT)
+    assert main_rows(repeatable.load_table("default.totals")) == ["b1"]
