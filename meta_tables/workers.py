@@ -59,6 +59,11 @@ _ERRORS: dict[str, type[LockstepError]] = {
 _UNITS = {"": 1, "b": 1, "byte": 1, "bytes": 1, "k": 10**3, "kb": 10**3, "m": 10**6,
           "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10,
           "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
+# what a worker's interpreter needs; nothing else of the service's environment (its store
+# URL, passwords) is a query's to see
+_PASSED_ENV = frozenset(
+    {"PATH", "PYTHONHOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", MEMORY_LIMIT_ENV}
+)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 _pool: tuple[int, WorkerPool] | None = None  # (pid, pool)
@@ -223,6 +228,7 @@ class _Worker:
             self._process = subprocess.Popen(
                 [sys.executable, "-c", code, json.dumps(sys.path), *argv],
                 pass_fds=(to_worker, from_worker),
+                env={k: v for k, v in os.environ.items() if k in _PASSED_ENV},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 start_new_session=True,  # a terminal's Ctrl-C is the service's to handle

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +110,18 @@ def test_worker_answers_are_the_in_process_answers(three_barriers: Lockstep) -> 
         assert run_meta_query(query, export, now_us=7, workers=2).equals(local), query
     with pytest.raises(MetaQueryError, match="did you mean __META_TABLE"):
         run_meta_query("SELECT * FROM __META_TABEL", export, now_us=0, workers=2)
+
+
+@pytest.mark.usefixtures("pool")
+def test_a_worker_sees_none_of_the_services_environment(
+    three_barriers: Lockstep, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store password in the service's environment is not in the worker's."""
+    monkeypatch.setenv("LAKE_PASSWORD", "s3cret-lake-password")
+    run_meta_query(TRIVIAL, three_barriers.store.export_tables, now_us=0, workers=1)
+    pool = workers.worker_pool(1)
+    (worker,) = pool._idle
+    assert worker._process is not None
+    environment = Path(f"/proc/{worker._process.pid}/environ").read_bytes()
+    assert b"s3cret-lake-password" not in environment
+    assert workers.MEMORY_LIMIT_ENV.encode() in environment
