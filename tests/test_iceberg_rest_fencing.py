@@ -51,11 +51,10 @@ def orders(iceberg_service: CatalogService) -> CatalogService:
     from lockstep.topology.model import JobSpec
 
     store.register_job(JobSpec("load", sinks=("orders",)))
-    admin = catalog(iceberg_service)
-    admin.create_namespace("default")
-    admin.create_table("default.orders", SCHEMA)
+    catalog(iceberg_service).create_namespace("default")
     first = store.attach("load")
     assert first.token == 1
+    instance(iceberg_service, "load", 1).create_table("default.orders", SCHEMA)
     store.issue_barrier()
     assert store.next_barrier("load", 1) is not None
     return iceberg_service
@@ -95,7 +94,7 @@ def test_another_jobs_instance_cannot_move_main(orders: CatalogService) -> None:
 
     orders.store.register_job(JobSpec("other", sinks=("elsewhere",)))
     token = orders.store.attach("other").token
-    with pytest.raises(ForbiddenError, match="only that job's current instance"):
+    with pytest.raises(ForbiddenError, match="written by job 'load'.*another job's instance"):
         instance(orders, "other", token).load_table("default.orders").append(rows(("u", 1)))
 
 

@@ -65,12 +65,20 @@ def served(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
     store = SqlMetadataStore.open(url)
     files = TableFiles(IcebergSettings(warehouse=f"file://{tmp_path / 'warehouse'}"))
     catalog = ServedCatalog(store.engine, files, store.now)
-    catalog.create_namespace(("shop",), {})
+    from lockstep.service.iceberg.ownership import LOCAL_ADMIN
+
+    catalog.create_namespace(("shop",), {}, LOCAL_ADMIN)
     schema = Schema(NestedField(1, "a", LongType(), required=False))
     for name in ("one", "two"):
-        catalog.create_table(NewTable(TableName(("shop",), name), schema))
+        catalog.create_table(NewTable(TableName(("shop",), name), schema), LOCAL_ADMIN)
     yield catalog
     store.close()
+
+
+def _admin() -> Any:
+    from lockstep.service.iceberg.ownership import LOCAL_ADMIN
+
+    return LOCAL_ADMIN
 
 
 def _stamp(table: Any, value: str) -> Any:
@@ -89,7 +97,7 @@ def test_a_pointer_moved_after_staging_refuses_the_swap_of_every_table(served: A
     with storage.reading(served.engine) as session:
         bases = storage.pointers(session, [one, two])
     staged = [commit.stage(served.files, _stamp(t, "late"), bases[t]) for t in (one, two)]
-    served.commit([_stamp(two, "first")])  # another commit moves `two` meanwhile
+    served.commit([_stamp(two, "first")], _admin())  # another commit moves `two` meanwhile
     with pytest.raises(commit._Moved), storage.writing(served.engine) as session:
         commit.swap(session, staged, datetime.now(timezone.utc))
     assert served.load_table(one).metadata_location == bases[one]  # rolled back with `two`
@@ -112,11 +120,11 @@ def test_a_commit_overtaken_between_read_and_swap_starts_again(
         if staged.metadata.properties["stamp"] == "second":
             calls.append(staged.location)
             if len(calls) == 1:
-                served.commit([_stamp(two, "first")])  # lands between read and swap
+                served.commit([_stamp(two, "first")], _admin())  # lands between read and swap
         return staged
 
     monkeypatch.setattr(commit, "stage", overtaken_once)
-    (landed,) = served.commit([_stamp(two, "second")])
+    (landed,) = served.commit([_stamp(two, "second")], _admin())
     assert len(calls) == 2
     assert served.load_table(two).metadata.properties["stamp"] == "second"
     assert landed.location == calls[1]

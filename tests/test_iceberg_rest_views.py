@@ -74,12 +74,12 @@ def _jobs_and_tables(iceberg_service: CatalogService, barriers: int) -> None:
     from lockstep.topology.model import JobSpec
 
     store = iceberg_service.store
-    store.register_job(JobSpec("load", sinks=("orders",)))
-    store.register_job(JobSpec("sum", sources=("orders",), sinks=("totals",)))
-    admin = catalog(iceberg_service)
+    admin = catalog(iceberg_service)  # the tables first: then they become Lockstep's
     admin.create_namespace("default")
     for table in ("orders", "totals"):
         admin.create_table(f"default.{table}", SCHEMA)
+    store.register_job(JobSpec("load", sinks=("orders",)))
+    store.register_job(JobSpec("sum", sources=("orders",), sinks=("totals",)))
     for _ in range(barriers):
         store.issue_barrier()
     TOKENS.update({job: store.attach(job).token for job in ("load", "sum")})

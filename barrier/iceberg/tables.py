@@ -34,6 +34,7 @@ from lockstep.barrier.iceberg.catalog import (
     TOKEN_HEADER,
     IcebergCatalog,
 )
+from lockstep.barrier.iceberg.naming import DEFAULT_NAMESPACE, iceberg_parts
 from lockstep.errors import CatalogError, LockstepError
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ class IcebergTables:
     """
 
     catalog: IcebergCatalog
-    default_namespace: str = "default"
+    default_namespace: str = DEFAULT_NAMESPACE
 
     @classmethod
     def hadoop(cls, name: str, directory: str | os.PathLike[str]) -> IcebergTables:
@@ -91,8 +92,7 @@ class IcebergTables:
         return self.catalog.name
 
     def _parts(self, table: str) -> list[str]:
-        parts = table.split(".")
-        return parts if len(parts) > 1 else [self.default_namespace, table]
+        return list(iceberg_parts(table, self.default_namespace))
 
     def identifier(self, table: str) -> str:
         return ".".join([self.name, *self._parts(table)])

@@ -19,7 +19,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from sqlalchemy import Engine
 
 from lockstep.errors import InvalidRequestError
-from lockstep.service.iceberg import consistency, storage
+from lockstep.service.iceberg import consistency, ownership, paths, storage
 from lockstep.service.iceberg.commit import Staged, TableChange, commit
 from lockstep.service.iceberg.errors import (
     IcebergTableExistsError,
@@ -29,9 +29,9 @@ from lockstep.service.iceberg.errors import (
     NoSuchNamespaceError,
     UnprocessableRequestError,
 )
-from lockstep.service.iceberg.fencing import ENGINE, Committer
 from lockstep.service.iceberg.files import TableFiles
 from lockstep.service.iceberg.names import Namespace, TableName
+from lockstep.service.iceberg.ownership import Principal
 
 Properties = dict[str, str]
 LOCATION_PROPERTY = "location"  # a namespace's: where its tables go by default
@@ -87,9 +87,12 @@ class ServedCatalog:
             {ns[:depth] for ns in known if len(ns) >= depth and ns[: len(parent)] == parent}
         )
 
-    def create_namespace(self, namespace: Namespace, properties: Properties) -> Properties:
+    def create_namespace(
+        self, namespace: Namespace, properties: Properties, principal: Principal
+    ) -> Properties:
         self._check_location_property(properties)
         with storage.writing(self.engine) as session:
+            ownership.authorize_namespace(session, principal.caller, namespace)
             storage.create_namespace(session, namespace, properties, self.clock())
         return properties
 
@@ -161,14 +164,17 @@ class ServedCatalog:
         metadata = consistency.with_barrier_tags(self.files.read(location), written)
         return LoadedTable(metadata, location)
 
-    def create_table(self, new: NewTable, *, stage_only: bool = False) -> LoadedTable:
+    def create_table(
+        self, new: NewTable, principal: Principal, *, stage_only: bool = False
+    ) -> LoadedTable:
         """Create ``new`` (version 0 of its metadata, and its pointer); with ``stage_only``,
         only the metadata it would start from: the client commits it later with an
-        ``assert-create`` requirement (a create transaction)."""
+        ``assert-create`` requirement (a create transaction, checked again then)."""
         table = new.table
         with storage.reading(self.engine) as session:
             namespace = storage.namespace_properties(session, table.namespace)
             exists = storage.pointer(session, table) is not None
+            ownership.authorize(session, principal, table, "create")
         if namespace is None:
             raise NoSuchNamespaceError(table.namespace)
         if exists:
@@ -194,6 +200,7 @@ class ServedCatalog:
             with storage.writing(self.engine) as session:
                 if storage.namespace_properties(session, table.namespace) is None:
                     raise NoSuchNamespaceError(table.namespace)
+                ownership.authorize(session, principal, table, "create")
                 storage.insert_pointer(session, table, metadata_location, self.clock())
         except BaseException:
             self.files.forget(metadata_location)
@@ -201,9 +208,10 @@ class ServedCatalog:
         return LoadedTable(metadata, metadata_location)
 
     def register_table(
-        self, table: TableName, metadata_location: str, *, overwrite: bool
+        self, table: TableName, metadata_location: str, principal: Principal, *, overwrite: bool
     ) -> LoadedTable:
-        """Point ``table`` at an existing metadata file (``overwrite``: also if it exists)."""
+        """Point ``table`` at an existing metadata file (``overwrite``: also if it exists);
+        every path it names must be under the warehouse."""
         try:
             metadata = self.files.read(metadata_location)
         except (MetadataFileError, ValueError) as e:
@@ -211,7 +219,9 @@ class ServedCatalog:
                 f"{metadata_location!r} is not a readable Iceberg table metadata file "
                 f"({type(e).__name__})"
             ) from e
+        paths.check_paths(paths.metadata_paths(metadata), self.files.inside, "register")
         with storage.writing(self.engine) as session:
+            ownership.authorize(session, principal, table, "register")
             if storage.namespace_properties(session, table.namespace) is None:
                 raise NoSuchNamespaceError(table.namespace)
             current = storage.pointer(session, table)
@@ -223,27 +233,36 @@ class ServedCatalog:
                 raise IcebergTableExistsError(table.namespace, table.name)
         return LoadedTable(metadata, metadata_location)
 
-    def drop_table(self, table: TableName, *, purge: bool) -> None:
-        """Forget ``table``; with ``purge`` also delete its files (after the pointer is gone,
-        so no reader is handed files being deleted)."""
+    def drop_table(self, table: TableName, principal: Principal, *, purge: bool) -> list[str]:
+        """Forget ``table``; with ``purge`` also delete its files under the warehouse (after
+        the pointer is gone, so no reader is handed files being deleted). Returns the files
+        the purge skipped as outside the warehouse."""
         with storage.writing(self.engine) as session:
+            if storage.pointer(session, table) is not None:
+                ownership.authorize(session, principal, table, "drop")
             location = storage.delete_pointer(session, table)
         if location is None:
             raise NoSuchIcebergTableError(table.namespace, table.name)
-        if purge:
-            self.files.purge(location)
+        return self.files.purge(location) if purge else []
 
-    def rename_table(self, source: TableName, destination: TableName) -> None:
+    def rename_table(self, source: TableName, destination: TableName, principal: Principal) -> None:
         with storage.writing(self.engine) as session:
             if storage.pointer(session, source) is None:
                 raise NoSuchIcebergTableError(source.namespace, source.name)
+            ownership.authorize(session, principal, source, "rename")
+            ownership.authorize(session, principal, destination, "rename")
             if storage.namespace_properties(session, destination.namespace) is None:
                 raise NoSuchNamespaceError(destination.namespace)
             if storage.pointer(session, destination) is not None:
                 raise IcebergTableExistsError(destination.namespace, destination.name)
             storage.rename_pointer(session, source, destination)
 
-    def commit(self, changes: Sequence[TableChange], committer: Committer = ENGINE) -> list[Staged]:
-        """Apply the changes of one or more tables atomically (see ``commit``), guarded and
-        stamped for ``committer`` (see ``fencing``)."""
-        return commit(self.engine, self.files, changes, self.clock, committer)
+    def check_claims(self, principal: Principal) -> None:
+        """Refuse ``principal`` if its headers claim what is not so (``ownership``)."""
+        with storage.reading(self.engine) as session:
+            ownership.check_claims(session, principal)
+
+    def commit(self, changes: Sequence[TableChange], principal: Principal) -> list[Staged]:
+        """Apply the changes of one or more tables atomically (see ``commit``), checked
+        (``ownership``) and stamped (``stamp``) for ``principal``."""
+        return commit(self.engine, self.files, changes, self.clock, principal)

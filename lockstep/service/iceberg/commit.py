@@ -11,9 +11,10 @@ meanwhile makes the whole commit start again from the new metadata (the requirem
 checked again there), up to ``ATTEMPTS`` times, then a 409. Metadata files of a commit that
 did not land are deleted.
 
-Lockstep's job protocol hooks in here (``fencing``): the snapshots a job's instance adds
-are stamped with its barrier before they are written (``stage``), and the committer is
-checked against the writer job's current instance inside the pointer swap's transaction.
+Lockstep's job protocol hooks in here: the snapshots a job's instance adds are stamped with
+its barrier before they are written (``stamp``), every path an update adds must be under
+the warehouse (``paths``), and every change is checked against the ownership rules inside
+the pointer swap's transaction (``ownership``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from lockstep.errors import InvalidRequestError
-from lockstep.service.iceberg import fencing, storage
+from lockstep.service.iceberg import ownership, paths, stamp, storage
 from lockstep.service.iceberg.errors import (
     CommitConflictError,
     IcebergTableExistsError,
@@ -68,6 +69,7 @@ class Staged:
     base_location: str | None  # None: the commit creates the table
     metadata: TableMetadata
     location: str  # the new metadata file (the base's, if nothing changed)
+    base: TableMetadata | None = None  # the metadata the changes were applied to
 
     @property
     def wrote_file(self) -> bool:
@@ -83,9 +85,9 @@ def commit(
     files: TableFiles,
     changes: Sequence[TableChange],
     clock: Callable[[], datetime],
-    committer: fencing.Committer = fencing.ENGINE,
+    principal: ownership.Principal,
 ) -> list[Staged]:
-    """Apply ``changes`` atomically, from ``committer``; the tables' new states, in the
+    """Apply ``changes`` atomically, from ``principal``; the tables' new states, in the
     order given."""
     seen = [c.table for c in changes]
     if len(set(seen)) != len(seen):
@@ -93,19 +95,24 @@ def commit(
     for _attempt in range(ATTEMPTS):
         with storage.reading(engine) as session:
             bases = storage.pointers(session, seen)
-            stamps = fencing.stamps(session, committer, seen)
+            stamps = stamp.stamps(session, principal.committer, seen)
         staged: list[Staged] = []
         try:
             for change in changes:
-                stamp = stamps.get(change.table)
-                if stamp:
+                entries = stamps.get(change.table)
+                if entries:
                     change = TableChange(
-                        change.table, change.requirements, fencing.stamped(change.updates, stamp)
+                        change.table, change.requirements, stamp.stamped(change.updates, entries)
                     )
                 staged.append(stage(files, change, bases.get(change.table)))
             with storage.writing(engine) as session:
-                fencing.check(session, committer, [(c.table, c.updates) for c in changes])
-                swap(session, staged, clock())
+                checked = [
+                    ownership.Change(s.table, s.base, c.updates)
+                    for s, c in zip(staged, changes, strict=True)
+                ]
+                now = clock()
+                ownership.authorize_commit(session, principal, checked, now)
+                swap(session, staged, now)
             return staged
         except _Moved:
             _forget(files, staged)
@@ -134,7 +141,9 @@ def stage(files: TableFiles, change: TableChange, base_location: str | None) -> 
         except CommitFailedException as e:
             raise CommitConflictError(table.namespace, table.name, str(e)) from e
     if base is not None and not change.updates:
-        return Staged(table, base_location, base, base_location or "")
+        return Staged(table, base_location, base, base_location or "", base)
+    for update in change.updates:
+        paths.check_paths(paths.update_paths(update), files.inside, f"{update.action} of {table}")
     try:
         metadata = update_table_metadata(
             base if base is not None else _empty_metadata(),
@@ -147,7 +156,8 @@ def stage(files: TableFiles, change: TableChange, base_location: str | None) -> 
         # snapshot that does not exist...): the client's to fix
         raise InvalidRequestError(f"cannot apply the updates to {str(table)!r}: {e}") from e
     files.checked_location(metadata.location)
-    return Staged(table, base_location, metadata, files.write_next(metadata, base_location))
+    location = files.write_next(metadata, base_location)
+    return Staged(table, base_location, metadata, location, base)
 
 
 def _validate(requirement: TableRequirement, base: TableMetadata | None) -> None:

@@ -30,9 +30,9 @@ from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import VersionState
 from lockstep.errors import InvalidRequestError
-from lockstep.meta_tables.store.sql.schema import JobSinkRow, RetentionRow, TableVersionRow
-from lockstep.service.iceberg.fencing import lockstep_table
+from lockstep.meta_tables.store.sql.schema import RetentionRow, TableVersionRow
 from lockstep.service.iceberg.names import TableName
+from lockstep.service.iceberg.ownership import owned
 
 TAG_PREFIX = "lockstep_b"
 WRITTEN = VersionState.WRITTEN.value
@@ -46,7 +46,10 @@ def barrier_tag(barrier_id: int) -> str:
 def written_snapshots(session: Session, table: TableName) -> dict[int, int]:
     """Barrier -> snapshot of every version of ``table`` WRITTEN and retained (empty for a
     table that is not Lockstep's)."""
-    name = lockstep_table(table)
+    found = owned(session, table)
+    if found is None:
+        return {}
+    name = found.name
     keep_from = select(func.coalesce(func.max(RetentionRow.keep_from), 0)).where(
         RetentionRow.table_name == name
     )
@@ -78,9 +81,10 @@ def snapshot_at(session: Session, table: TableName, barrier_id: int) -> tuple[bo
     """Whether ``table`` is Lockstep's, and if so its snapshot at ``barrier_id`` (None: the
     table was empty then). BarrierNotWrittenError if it has not WRITTEN that barrier, or
     expiration has passed it."""
-    name = lockstep_table(table)
-    if session.get(JobSinkRow, name) is None:
+    found = owned(session, table)
+    if found is None:
         return False, None
+    name = found.name
     row = session.get(TableVersionRow, (name, barrier_id))
     kept_from = session.scalar(
         select(RetentionRow.keep_from).where(RetentionRow.table_name == name)

@@ -14,9 +14,10 @@ import logging
 import posixpath
 import re
 import uuid
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from pyiceberg.catalog import delete_data_files, delete_files
+from pyiceberg.catalog import delete_files
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.serializers import FromInputFile, ToOutputFile
@@ -50,14 +51,22 @@ class TableFiles:
     def checked_location(self, location: str, what: str = "table location") -> str:
         """``location`` without a trailing slash, if it is under the warehouse."""
         location = location.rstrip("/")
-        if not self._under_warehouse(location):
+        if "?" in location or "#" in location:
+            raise InvalidRequestError(
+                f"{what} {location!r} holds '?' or '#': file locations may not (file systems "
+                "would drop what follows them)"
+            )
+        if not self.inside(location):
             raise InvalidRequestError(
                 f"{what} {location!r} is outside the catalog's warehouse {self.warehouse!r}: "
                 "this catalog keeps every table's files under its warehouse"
             )
         return location
 
-    def _under_warehouse(self, location: str) -> bool:
+    def inside(self, location: str) -> bool:
+        """Whether the server may touch ``location``: under the warehouse, plainly named."""
+        if "?" in location or "#" in location:
+            return False
         base, target = urlsplit(self.warehouse), urlsplit(location)
         if (base.scheme, base.netloc) != (target.scheme, target.netloc):
             return False
@@ -94,23 +103,44 @@ class TableFiles:
         except OSError as e:  # an orphan file is harmless: log, do not fail the request
             log.warning("could not delete unused metadata file %s: %s", metadata_location, e)
 
-    def purge(self, metadata_location: str) -> None:
+    def purge(self, metadata_location: str) -> list[str]:
         """Delete a dropped table's files: data, manifests, manifest lists, statistics and
-        every metadata file it names (best effort, as Iceberg's own purge)."""
+        every metadata file it names (best effort, as Iceberg's own purge), reading and
+        deleting nothing outside the warehouse; returns what it skipped as outside."""
         metadata = self.read(metadata_location)
-        manifests: list[ManifestFile] = []
-        manifest_lists = set()
+        skipped: list[str] = []
+
+        def confined(paths: Iterable[str]) -> set[str]:
+            paths = set(paths)
+            skipped.extend(sorted(p for p in paths if not self.inside(p)))
+            return {p for p in paths if self.inside(p)}
+
+        manifest_lists = confined(s.manifest_list for s in metadata.snapshots)
+        manifests: dict[str, ManifestFile] = {}
         for snapshot in metadata.snapshots:
-            manifests += snapshot.manifests(self.io)
-            manifest_lists.add(snapshot.manifest_list)
+            if snapshot.manifest_list in manifest_lists:
+                manifests.update((m.manifest_path, m) for m in snapshot.manifests(self.io))
+        kept = confined(manifests)
+        data: set[str] = set()
+        for path in sorted(kept):
+            entries = manifests[path].fetch_manifest_entry(self.io, discard_deleted=False)
+            data.update(e.data_file.file_path for e in entries)
         statistics = {s.statistics_path for s in metadata.statistics}
         statistics |= {s.statistics_path for s in metadata.partition_statistics}
-        delete_data_files(self.io, manifests)
-        delete_files(self.io, {m.manifest_path for m in manifests}, "manifest")
+        delete_files(self.io, confined(data), "data")
+        delete_files(self.io, kept, "manifest")
         delete_files(self.io, manifest_lists, "manifest list")
-        delete_files(self.io, statistics, "statistics")
-        delete_files(self.io, {entry.metadata_file for entry in metadata.metadata_log}, "metadata")
-        delete_files(self.io, {metadata_location}, "metadata")
+        delete_files(self.io, confined(statistics), "statistics")
+        logs = confined(entry.metadata_file for entry in metadata.metadata_log)
+        delete_files(self.io, logs | {metadata_location}, "metadata")
+        if skipped:
+            log.warning(
+                "purge of %s skipped %d file(s) outside the warehouse: %s",
+                metadata_location,
+                len(skipped),
+                ", ".join(skipped[:10]),
+            )
+        return skipped
 
 
 def metadata_version(metadata_location: str) -> int:

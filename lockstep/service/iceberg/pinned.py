@@ -46,6 +46,7 @@ from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import Snapshot
 from sqlalchemy import select
 
+from lockstep.barrier.iceberg.naming import lockstep_names
 from lockstep.errors import (
     InvalidRequestError,
     LeaseError,
@@ -61,7 +62,6 @@ from lockstep.service.deps import Caller
 from lockstep.service.iceberg import storage
 from lockstep.service.iceberg.catalog import LoadedTable, ServedCatalog
 from lockstep.service.iceberg.consistency import ref, snapshot_at
-from lockstep.service.iceberg.fencing import lockstep_table
 from lockstep.service.iceberg.names import TableName, loaded_namespace
 from lockstep.service.iceberg.view_files import ViewFiles
 
@@ -179,10 +179,11 @@ class PinnedViews:
         """The Lockstep names of the catalog's tables that a registered job writes."""
         with storage.reading(self.catalog.engine) as session:
             served = {
-                lockstep_table(TableName(loaded_namespace(ns), name))
+                candidate
                 for ns, name in session.execute(
                     select(IcebergTableRow.namespace, IcebergTableRow.name)
                 )
+                for candidate in lockstep_names(loaded_namespace(ns), name)
             }
             written = set(session.scalars(select(JobSinkRow.table_name)))
         return served & written
@@ -246,7 +247,8 @@ class PinnedViews:
             ours, snapshot_id = snapshot_at(session, table, view.barrier_id)
         if not ours:
             return loaded
-        return self.pinned(table, loaded, {lockstep_table(table): snapshot_id})
+        names = lockstep_names(table.namespace, table.name)
+        return self.pinned(table, loaded, dict.fromkeys(names, snapshot_id))
 
     def published(self) -> dict[str, int | None]:
         """Atomic publish (``[iceberg] publish = "atomic"``): each Lockstep table's snapshot
@@ -264,8 +266,9 @@ class PinnedViews:
     ) -> LoadedTable:
         """``loaded`` with main at its snapshot in ``snapshots`` (a table not in it as is),
         answered from a metadata file that says the same (``view_files``)."""
-        name = lockstep_table(table)
-        if name not in snapshots or loaded.metadata_location is None:
+        names = lockstep_names(table.namespace, table.name)
+        name = next((n for n in names if n in snapshots), None)
+        if name is None or loaded.metadata_location is None:
             return loaded
         snapshot_id = snapshots[name]
         metadata = as_of(loaded.metadata, snapshot_id)

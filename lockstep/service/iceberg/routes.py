@@ -1,9 +1,11 @@
 """The Iceberg REST catalog's routes (``open-api/rest-catalog-open-api.yaml``, no prefix).
 
-Reads need a read or admin token, changes an admin token (``Reader``/``Admin``, the
-service's own dependencies); a metrics report is accepted from any token, since a reader's
-scans send them too. Bodies arrive as parsed JSON and are validated by ``models.parse``, so
-that a malformed one is a 400 in the Iceberg error model. Endpoints are plain ``def``: the
+Reads need any token (``Reader``); changes to tables an admin or a job token
+(``TableWriter``), which the ownership rules then judge per table (``ownership``); namespace
+changes other than a job creating its sinks' namespace an admin token. A metrics report is
+accepted from any token, since a reader's scans send them too. Bodies arrive as parsed JSON
+and are validated by ``models.parse``, so that a malformed one is a 400 in the Iceberg
+error model. Endpoints are plain ``def``: the
 store and the files are synchronous, FastAPI runs them on its thread pool.
 """
 
@@ -29,10 +31,10 @@ from pyiceberg.typedef import IcebergBaseModel
 
 from lockstep.barrier.iceberg.catalog import COMMIT_GUARD_PROPERTY
 from lockstep.errors import InvalidRequestError
-from lockstep.service.deps import Admin, Caller, Reader
+from lockstep.service.deps import Admin, Caller, Reader, TableWriter
 from lockstep.service.iceberg.catalog import LoadedTable, NewTable, ServedCatalog
 from lockstep.service.iceberg.commit import TableChange
-from lockstep.service.iceberg.fencing import Committer
+from lockstep.service.iceberg.committer import Committer
 from lockstep.service.iceberg.models import (
     CommitTableIn,
     CommitTransactionIn,
@@ -51,6 +53,7 @@ from lockstep.service.iceberg.names import (
     namespace_of,
     table_name,
 )
+from lockstep.service.iceberg.ownership import Principal
 from lockstep.service.iceberg.paging import page
 from lockstep.service.iceberg.pinned import PinnedViews, ReadOnlyViewError
 from lockstep.service.iceberg.spec_routes import (
@@ -105,6 +108,11 @@ def _identified(identifier: TableIdentifier) -> TableName:
     return table_name(namespace_of(identifier.namespace.root), identifier.name)
 
 
+def _principal(caller: Caller, request: Request) -> Principal:
+    """The caller and what its request's headers claim (refused if it may not claim it)."""
+    return Principal(caller, Committer.from_headers(request.headers))
+
+
 def _loaded(table: LoadedTable) -> Response:
     response = {"metadata-location": table.metadata_location, "metadata": table.metadata}
     return _json(TableResponse.model_validate(response))
@@ -124,7 +132,7 @@ def build_router(catalog: ServedCatalog, views: PinnedViews) -> APIRouter:
         if prefix is not None:
             overrides["prefix"] = prefix
         # the job runtime reads the default to know that this catalog fences and stamps
-        # its commits (fencing.py); other clients ignore a property they do not know
+        # its commits (ownership.py, stamp.py); other clients ignore a property they do not know
         defaults = {COMMIT_GUARD_PROPERTY: "true"}
         endpoints = [str(e) for e in (*ENDPOINTS, *VIEW_ENDPOINTS)]
         return {"defaults": defaults, "overrides": overrides, "endpoints": endpoints}
@@ -181,10 +189,11 @@ def _add_namespaces(router: APIRouter, catalog: ServedCatalog, served_views: Ser
         return _json(ListNamespaceResponse.model_validate(body))
 
     @router.post("/namespaces")
-    def create_namespace(body: JsonBody, _: Admin) -> Response:
-        request = parse(CreateNamespaceIn, body)
-        namespace = namespace_of(request.namespace)
-        properties = catalog.create_namespace(namespace, request.properties)
+    def create_namespace(body: JsonBody, request: Request, caller: TableWriter) -> Response:
+        parsed = parse(CreateNamespaceIn, body)
+        namespace = namespace_of(parsed.namespace)
+        principal = _principal(caller, request)
+        properties = catalog.create_namespace(namespace, parsed.properties, principal)
         return _json(NamespaceResponse(namespace=namespace, properties=properties))
 
     @router.get("/namespaces/{namespace}")
@@ -234,41 +243,53 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
         )
 
     @router.post("/namespaces/{namespace}/tables")
-    def create_table(namespace: str, body: JsonBody, _: Admin) -> Response:
-        request = parse(CreateTableIn, body)
+    def create_table(
+        namespace: str, body: JsonBody, request: Request, caller: TableWriter
+    ) -> Response:
+        parsed = parse(CreateTableIn, body)
         new = NewTable(
-            table=table_name(namespace_from_path(namespace), request.name),
-            schema=request.table_schema,
-            location=request.location,
-            partition_spec=request.partition_spec,
-            sort_order=request.write_order,
-            properties=request.properties,
+            table=table_name(namespace_from_path(namespace), parsed.name),
+            schema=parsed.table_schema,
+            location=parsed.location,
+            partition_spec=parsed.partition_spec,
+            sort_order=parsed.write_order,
+            properties=parsed.properties,
         )
-        created = catalog.create_table(new, stage_only=request.stage_create)
-        if request.stage_create:  # DuckDB's writer needs the folders (staging.py)
+        principal = _principal(caller, request)
+        created = catalog.create_table(new, principal, stage_only=parsed.stage_create)
+        if parsed.stage_create:  # DuckDB's writer needs the folders (staging.py)
             prepare_folders(catalog.files, created.metadata)
         return _loaded(created)
 
     @router.post("/namespaces/{namespace}/register")
-    def register_table(namespace: str, body: JsonBody, _: Admin) -> Response:
-        request = parse(RegisterTableIn, body)
-        table = table_name(namespace_from_path(namespace), request.name)
+    def register_table(
+        namespace: str, body: JsonBody, request: Request, caller: TableWriter
+    ) -> Response:
+        parsed = parse(RegisterTableIn, body)
+        table = table_name(namespace_from_path(namespace), parsed.name)
         loaded = catalog.register_table(
-            table, request.metadata_location, overwrite=request.overwrite
+            table,
+            parsed.metadata_location,
+            _principal(caller, request),
+            overwrite=parsed.overwrite,
         )
         return _loaded(loaded)
 
     @router.get("/namespaces/{namespace}/tables/{table}")
     def load_table(
-        namespace: str, table: str, request: Request, _: Reader, snapshots: str | None = None
+        namespace: str, table: str, request: Request, caller: Reader, snapshots: str | None = None
     ) -> Response:
         # every snapshot is returned whatever ``snapshots`` asks (``refs`` is an option)
         name = existing_table(namespace, table)
         loaded = catalog.load_table(name)
         if "prefix" in request.path_params:  # a view: main at the view's barrier
             loaded = views.load(name, loaded, request.state.view)
-        elif views.atomic and not Committer.from_headers(request.headers).names_itself:
-            loaded = views.pinned(name, loaded, views.published())  # a reader: atomic publish
+        elif views.atomic:
+            principal = _principal(caller, request)
+            if principal.committer.names_itself:  # sees main unpublished: if it may
+                catalog.check_claims(principal)
+            else:  # a reader: atomic publish
+                loaded = views.pinned(name, loaded, views.published())
         return _loaded(loaded)
 
     @router.head("/namespaces/{namespace}/tables/{table}")
@@ -281,23 +302,30 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
     def drop_table(
         namespace: str,
         table: str,
-        _: Admin,
+        request: Request,
+        caller: TableWriter,
         purge: Annotated[bool, Query(alias="purgeRequested")] = False,
     ) -> Response:
-        catalog.drop_table(existing_table(namespace, table), purge=purge)
+        catalog.drop_table(
+            existing_table(namespace, table), _principal(caller, request), purge=purge
+        )
         return _no_content()
 
     @router.post("/tables/rename")
-    def rename_table(body: JsonBody, _: Admin) -> Response:
-        request = parse(RenameTableIn, body)
-        catalog.rename_table(_identified(request.source), _identified(request.destination))
+    def rename_table(body: JsonBody, request: Request, caller: TableWriter) -> Response:
+        parsed = parse(RenameTableIn, body)
+        catalog.rename_table(
+            _identified(parsed.source),
+            _identified(parsed.destination),
+            _principal(caller, request),
+        )
         return _no_content()
 
 
 def _add_commits(router: APIRouter, catalog: ServedCatalog) -> None:
     @router.post("/namespaces/{namespace}/tables/{table}")
     def commit_table(
-        namespace: str, table: str, body: JsonBody, request: Request, _: Admin
+        namespace: str, table: str, body: JsonBody, request: Request, caller: TableWriter
     ) -> Response:
         commit = parse(CommitTableIn, body)
         target = _table(namespace, table)
@@ -307,12 +335,12 @@ def _add_commits(router: APIRouter, catalog: ServedCatalog) -> None:
                 f"{commit.identifier.name} is not the table of the path, {target}"
             )
         change = TableChange(target, commit.requirements, commit.updates)
-        (staged,) = catalog.commit([change], Committer.from_headers(request.headers))
+        (staged,) = catalog.commit([change], _principal(caller, request))
         response = {"metadata-location": staged.location, "metadata": staged.metadata}
         return _json(CommitTableResponse.model_validate(response))
 
     @router.post("/transactions/commit")
-    def commit_transaction(body: JsonBody, request: Request, _: Admin) -> Response:
+    def commit_transaction(body: JsonBody, request: Request, caller: TableWriter) -> Response:
         transaction = parse(CommitTransactionIn, body)
         if not transaction.table_changes:
             raise InvalidRequestError("the transaction holds no table changes")
@@ -320,5 +348,5 @@ def _add_commits(router: APIRouter, catalog: ServedCatalog) -> None:
             TableChange(_identified(c.identifier), c.requirements, c.updates)
             for c in transaction.table_changes
         ]
-        catalog.commit(changes, Committer.from_headers(request.headers))
+        catalog.commit(changes, _principal(caller, request))
         return _no_content()

@@ -1,0 +1,94 @@
+"""The snapshots of a Lockstep table that someone still needs, so no commit removes them.
+
+Needed (DESIGN §7, as ``lockstep expire`` decides): every version the store keeps for the
+table (from its retention horizon on, any state), every snapshot a live lease holds, every
+pending commit's staged snapshot, the heads of ``main`` and the jobs' ``lockstep_*``
+branches, and every snapshot committed after the oldest of those (a downstream job's
+changes read walks the snapshots between two versions). Older snapshots may go: that is
+what ``lockstep expire`` removes, and what an admin's ``expire_snapshots`` may remove too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from pyiceberg.table.metadata import TableMetadata
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from lockstep.meta_tables.store.sql.schema import (
+    LeaseRow,
+    LeaseSnapshotRow,
+    PendingCommitRow,
+    RetentionRow,
+    TableVersionRow,
+)
+
+GUARDED_PREFIX = "lockstep_"  # the jobs' staging branches (and the served barrier tags)
+GUARDED_REFS = ("main",)
+
+
+def guarded_ref(ref: str) -> bool:
+    """Whether ``ref`` is one a Lockstep table's writer owns (main, lockstep_*)."""
+    return ref in GUARDED_REFS or ref.startswith(GUARDED_PREFIX)
+
+
+@dataclass(frozen=True)
+class Needed:
+    """Why each snapshot of a table is still needed, and from which commit time on all are."""
+
+    reasons: dict[int, str]
+    since_ms: int | None  # snapshots committed at or after this are needed too
+
+    def refusals(self, removed: Iterable[int], metadata: TableMetadata) -> dict[int, str]:
+        """Of ``removed``, those still needed, with why."""
+        out: dict[int, str] = {}
+        for snapshot_id in sorted(set(removed)):
+            if snapshot_id in self.reasons:
+                out[snapshot_id] = self.reasons[snapshot_id]
+                continue
+            snapshot = metadata.snapshot_by_id(snapshot_id)
+            since = self.since_ms
+            if snapshot is not None and since is not None and snapshot.timestamp_ms >= since:
+                out[snapshot_id] = "committed after the oldest snapshot still needed"
+        return out
+
+
+def needed(session: Session, name: str, metadata: TableMetadata, now: datetime) -> Needed:
+    """What of Lockstep table ``name`` (its metadata ``metadata``) is needed at ``now``."""
+    keep_from = session.scalar(
+        select(func.coalesce(func.max(RetentionRow.keep_from), 0)).where(
+            RetentionRow.table_name == name
+        )
+    )
+    reasons: dict[int, str] = {}
+    for barrier, snapshot in session.execute(
+        select(TableVersionRow.barrier_id, TableVersionRow.snapshot_id).where(
+            TableVersionRow.table_name == name,
+            TableVersionRow.barrier_id >= (keep_from or 0),
+            TableVersionRow.snapshot_id.is_not(None),
+        )
+    ):
+        if snapshot is not None:
+            reasons.setdefault(int(snapshot), f"barrier {barrier}'s version")
+    leased = session.scalars(
+        select(LeaseSnapshotRow.snapshot_id)
+        .join(LeaseRow, LeaseRow.lease_id == LeaseSnapshotRow.lease_id)
+        .where(LeaseSnapshotRow.table_name == name, LeaseRow.expires_at > now)
+    )
+    for snapshot in leased:
+        if snapshot is not None:
+            reasons.setdefault(int(snapshot), "held by a reader's lease")
+    pending = session.scalars(
+        select(PendingCommitRow.snapshot_id).where(PendingCommitRow.table_name == name)
+    )
+    for snapshot in pending:
+        if snapshot is not None:
+            reasons.setdefault(int(snapshot), "staged by a pending commit")
+    times = [s.timestamp_ms for s in (metadata.snapshot_by_id(i) for i in reasons) if s is not None]
+    for ref_name, ref in metadata.refs.items():
+        if guarded_ref(ref_name):
+            reasons.setdefault(ref.snapshot_id, f"the head of {ref_name}")
+    return Needed(reasons, min(times) if times else None)
