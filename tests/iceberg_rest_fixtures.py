@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_fixtures import ADMIN_TOKEN, OTHER_READ_TOKEN, READ_TOKEN, running
+from service_fixtures import (
+    ADMIN_TOKEN,
+    LOAD_JOB_TOKEN,
+    OTHER_READ_TOKEN,
+    READ_TOKEN,
+    SUM_JOB_TOKEN,
+    running,
+)
 
 
 @dataclass(frozen=True)
@@ -44,10 +51,12 @@ def capped_iceberg_service(tmp_path: Path) -> Iterator[CatalogService]:
 
 @contextmanager
 def serve_catalog(
-    tmp_path: Path, more_iceberg: str = "", **app_options: Any
+    tmp_path: Path, more_iceberg: str = "", *, store_url: str | None = None, **app_options: Any
 ) -> Iterator[CatalogService]:
     """Serve the catalog with ``more_iceberg`` lines in its ``[iceberg]`` table (and
-    ``app_options`` for ``create_app``)."""
+    ``app_options`` for ``create_app``), its store in ``store_url`` (default: a SQLite
+    file). Tokens: admin, two read tokens, and job tokens for the jobs ``load`` and
+    ``sum``."""
     pytest.importorskip("pyiceberg")
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
     from lockstep.service.app import create_app
@@ -56,11 +65,15 @@ def serve_catalog(
 
     warehouse = tmp_path / "warehouse"
     token_file = tmp_path / "tokens"
-    token_file.write_text(f"admin {ADMIN_TOKEN}\nread {READ_TOKEN}\nread {OTHER_READ_TOKEN}\n")
+    token_file.write_text(
+        f"admin {ADMIN_TOKEN}\nread {READ_TOKEN}\nread {OTHER_READ_TOKEN}\n"
+        f"job load {LOAD_JOB_TOKEN}\njob sum {SUM_JOB_TOKEN}\n"
+    )
     token_file.chmod(0o600)
+    default_store = f"sqlite:///{tmp_path / 'svc.db'}"
     config = tmp_path / "service.toml"
     config.write_text(
-        f'store = "sqlite:///{tmp_path / "svc.db"}"\n'
+        f'store = "{store_url or default_store}"\n'
         f'token_file = "{token_file}"\n'
         f'[iceberg]\nwarehouse = "file://{warehouse}"\n{more_iceberg}'
     )

@@ -25,6 +25,8 @@ from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 ADMIN_TOKEN = "s3cret-admin-token-01"
 READ_TOKEN = "s3cret-read-token-001"
 OTHER_READ_TOKEN = "s3cret-read-token-002"  # a second reader, where who owns what matters
+LOAD_JOB_TOKEN = "s3cret-job-token-load"  # job load's (iceberg_rest_fixtures)
+SUM_JOB_TOKEN = "s3cret-job-token-sum1"  # job sum's
 
 
 def serve_process(

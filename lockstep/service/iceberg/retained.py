@@ -18,6 +18,7 @@ from pyiceberg.table.metadata import TableMetadata
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from lockstep.barrier.model import CommitState
 from lockstep.meta_tables.store.sql.schema import (
     LeaseRow,
     LeaseSnapshotRow,
@@ -82,7 +83,10 @@ def needed(session: Session, name: str, metadata: TableMetadata, now: datetime) 
         if snapshot is not None:
             reasons.setdefault(int(snapshot), "held by a reader's lease")
     pending = session.scalars(
-        select(PendingCommitRow.snapshot_id).where(PendingCommitRow.table_name == name)
+        select(PendingCommitRow.snapshot_id).where(
+            PendingCommitRow.table_name == name,
+            PendingCommitRow.state == CommitState.PENDING.value,
+        )
     )
     for snapshot in pending:
         if snapshot is not None:
