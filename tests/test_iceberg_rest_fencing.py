@@ -94,7 +94,7 @@ def test_another_jobs_instance_cannot_move_main(orders: CatalogService) -> None:
 
     orders.store.register_job(JobSpec("other", sinks=("elsewhere",)))
     token = orders.store.attach("other").token
-    with pytest.raises(ForbiddenError, match="written by job 'load'.*another job's instance"):
+    with pytest.raises(ForbiddenError, match=r"written by job 'load'.*another job's instance"):
         instance(orders, "other", token).load_table("default.orders").append(rows(("u", 1)))
 
 
