@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 
 from lockstep.errors import InvalidRequestError
 from lockstep.service.iceberg import consistency, ownership, paths, storage
-from lockstep.service.iceberg.commit import Staged, TableChange, commit
+from lockstep.service.iceberg.commit import Staged, TableChange, check_format_version, commit
 from lockstep.service.iceberg.errors import (
     IcebergTableExistsError,
     MetadataFileError,
@@ -179,6 +179,7 @@ class ServedCatalog:
             raise NoSuchNamespaceError(table.namespace)
         if exists:
             raise IcebergTableExistsError(table.namespace, table.name)
+        check_format_version((new.properties or {}).get("format-version", "2"))
         if new.location:
             location = self.files.checked_location(new.location)
         else:

@@ -33,6 +33,7 @@ from pyiceberg.table.update import (
     AssertRefSnapshotId,
     TableRequirement,
     TableUpdate,
+    UpgradeFormatVersionUpdate,
     update_table_metadata,
 )
 from sqlalchemy import Engine
@@ -49,6 +50,7 @@ from lockstep.service.iceberg.errors import (
 from lockstep.service.iceberg.files import TableFiles
 from lockstep.service.iceberg.names import TableName
 
+FORMAT_VERSIONS = ("1", "2")
 ATTEMPTS = 3  # a commit's tries when other commits keep moving its tables first
 
 
@@ -144,6 +146,8 @@ def stage(files: TableFiles, change: TableChange, base_location: str | None) -> 
         return Staged(table, base_location, base, base_location or "", base)
     for update in change.updates:
         paths.check_paths(paths.update_paths(update), files.inside, f"{update.action} of {table}")
+        if isinstance(update, UpgradeFormatVersionUpdate):
+            check_format_version(update.format_version)
     try:
         metadata = update_table_metadata(
             base if base is not None else _empty_metadata(),
@@ -151,13 +155,31 @@ def stage(files: TableFiles, change: TableChange, base_location: str | None) -> 
             enforce_validation=base is None,
             metadata_location=base_location,
         )
-    except (ValueError, ValidationError, IcebergValidationError, KeyError, IndexError) as e:
+    except (
+        ValueError,
+        ValidationError,
+        IcebergValidationError,
+        KeyError,
+        IndexError,
+        StopIteration,  # a create transaction with no schema or spec
+    ) as e:
         # the updates contradict the table or each other (a field no schema has, a
         # snapshot that does not exist...): the client's to fix
         raise InvalidRequestError(f"cannot apply the updates to {str(table)!r}: {e}") from e
     files.checked_location(metadata.location)
     location = files.write_next(metadata, base_location)
     return Staged(table, base_location, metadata, location, base)
+
+
+def check_format_version(version: int | str) -> None:
+    """Refuse a table format version this catalog cannot write (pyiceberg 0.12 writes
+    metadata of versions 1 and 2 only)."""
+    if str(version) not in FORMAT_VERSIONS:
+        raise InvalidRequestError(
+            f"format-version {version} is not supported: this catalog stores Iceberg format "
+            f"versions {' and '.join(FORMAT_VERSIONS)} (its metadata writer, pyiceberg 0.12, "
+            "cannot write version 3): create the table with format-version 2"
+        )
 
 
 def _validate(requirement: TableRequirement, base: TableMetadata | None) -> None:

@@ -11,9 +11,11 @@ register.
 
 from __future__ import annotations
 
+import json
 from typing import Any, TypeVar
 
 from pydantic import Field, ValidationError, field_validator
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import CommitTableRequest, TableIdentifier
@@ -80,10 +82,12 @@ class CommitTransactionIn(IcebergBaseModel):
 def parse(model: type[M], body: Any) -> M:
     """``body`` (parsed JSON) as ``model``, or InvalidRequestError saying what is wrong
     where (never echoing the values: they may be large, or credentials)."""
+    _check_text(body, model)
     try:
         return model.model_validate(_with_partition_field_ids(body))
-    except (KeyError, TypeError, AttributeError, IndexError) as e:
-        # a few of pyiceberg's own validators index into the input before checking it
+    except (KeyError, TypeError, AttributeError, IndexError, IcebergValidationError) as e:
+        # a few of pyiceberg's own validators index into the input before checking it, or
+        # raise pyiceberg's own ValidationError (a decimal's precision, a transform's width)
         raise InvalidRequestError(
             f"invalid {_request_name(model)}: malformed ({type(e).__name__}: {e})"
         ) from None
@@ -119,6 +123,20 @@ def _with_partition_field_ids(body: Any) -> Any:
             return {**body, "spec": {**body["spec"], "fields": numbered}}
         return body
     return {k: _with_partition_field_ids(v) for k, v in body.items()}
+
+
+def _check_text(body: Any, model: type[IcebergBaseModel]) -> None:
+    """Every string of ``body`` can be written as UTF-8 (JSON allows a lone surrogate such
+    as ``\\ud800``, which no metadata file can hold)."""
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequestError(
+            f"invalid {_request_name(model)}: a string holds a lone UTF-16 surrogate "
+            "(such as \\ud800), which is not Unicode text: send UTF-8 text"
+        ) from None
+    except (TypeError, ValueError, RecursionError):
+        return  # not JSON data: the model's validation says what is wrong
 
 
 def _request_name(model: type[IcebergBaseModel]) -> str:

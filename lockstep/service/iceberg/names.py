@@ -35,11 +35,11 @@ def check_level(level: str, what: str) -> str:
     """``level`` if it can be a namespace level or table name, else InvalidRequestError."""
     if not level or level in {".", ".."}:
         raise InvalidRequestError(f"{what} {level!r} is not a name: give a non-empty name")
-    bad = sorted({c for c in level if c == "/" or ord(c) < 0x20 or ord(c) == 0x7F})
+    bad = sorted({c for c in level if c in "/?#" or ord(c) < 0x20 or ord(c) == 0x7F})
     if bad:
         raise InvalidRequestError(
             f"{what} {level!r} holds {', '.join(repr(c) for c in bad)}: names become folders "
-            "of the table's location, so they may not hold '/' or control characters"
+            "of the table's location, so they may not hold '/', '?', '#' or control characters"
         )
     return level
 
