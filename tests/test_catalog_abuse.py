@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from catalog_abuse import Scene, build_scene, corpus, problem, run_corpus
+from catalog_abuse import corpus, problem, run_corpus
+from catalog_scene import Scene, build_scene
 from iceberg_rest_fixtures import serve_catalog
 
 pytest.importorskip("pyiceberg")
