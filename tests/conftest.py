@@ -19,7 +19,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 # `served` (a real service on loopback), `postgres_admin` / `postgres_url` (a real server)
-pytest_plugins = ["service_fixtures", "pg_server", "kafka_broker", "kafka_cuts", "jdbc_catalog"]
+pytest_plugins = [
+    "service_fixtures",
+    "pg_server",
+    "kafka_broker",
+    "kafka_cuts",
+    "jdbc_catalog",
+    "iceberg_rest_fixtures",
+]
 
 
 class FakeClock:
