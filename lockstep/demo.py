@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -306,11 +306,14 @@ def run_demo(
     barriers: int = DEFAULT_BARRIERS,
     spark: SparkSession | None = None,
     progress: Progress = _quiet,
+    job_homes: Mapping[str, Lockstep] | None = None,
 ) -> DemoSummary:
     """Run the shopping pipeline for ``barriers`` barriers with a checking dashboard.
 
     ``ls`` must be a fresh home with a warehouse; ``spark`` is the session to derive the
-    jobs' sessions from (default: ``ls.spark()``, stopped at the end).
+    jobs' sessions from (default: ``ls.spark()``, stopped at the end). ``job_homes``: a
+    connection per job (a service with a job token each: least privilege); ``ls`` registers
+    the jobs, issues the barriers and reads, and runs the jobs not named.
 
     >>> summary = run_demo(lockstep.connect(tmp_home), barriers=3)  # doctest: +SKIP
     >>> summary.reads["repeatable_read"]["inconsistent"]  # doctest: +SKIP
@@ -339,8 +342,17 @@ def run_demo(
     say("starting Spark (one local JVM; each job gets its own session)")
     spark = spark or ls.spark()
     try:
+        for job in shopping.JOBS:  # so a job token's own registration is a no-op
+            ls.store.register_job(job.spec())
+        homes = {job.job_id: (job_homes or {}).get(job.job_id, ls) for job in shopping.JOBS}
         runners = [
-            JobRunner(ls.store, job, spark.newSession(), ls.iceberg, progress=say)
+            JobRunner(
+                homes[job.job_id].store,
+                job,
+                spark.newSession(),
+                homes[job.job_id].iceberg,
+                progress=say,
+            )
             for job in shopping.JOBS
         ]
         for runner in runners:

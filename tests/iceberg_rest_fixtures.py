@@ -15,6 +15,7 @@ from service_fixtures import (
     LOAD_JOB_TOKEN,
     OTHER_READ_TOKEN,
     READ_TOKEN,
+    SHOPPING_JOB_TOKENS,
     SUM_JOB_TOKEN,
     running,
 )
@@ -68,6 +69,7 @@ def serve_catalog(
     token_file.write_text(
         f"admin {ADMIN_TOKEN}\nread {READ_TOKEN}\nread {OTHER_READ_TOKEN}\n"
         f"job load {LOAD_JOB_TOKEN}\njob sum {SUM_JOB_TOKEN}\n"
+        + "".join(f"job {job} {token}\n" for job, token in SHOPPING_JOB_TOKENS.items())
     )
     token_file.chmod(0o600)
     default_store = f"sqlite:///{tmp_path / 'svc.db'}"

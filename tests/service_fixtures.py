@@ -27,6 +27,12 @@ READ_TOKEN = "s3cret-read-token-001"
 OTHER_READ_TOKEN = "s3cret-read-token-002"  # a second reader, where who owns what matters
 LOAD_JOB_TOKEN = "s3cret-job-token-load"  # job load's (iceberg_rest_fixtures)
 SUM_JOB_TOKEN = "s3cret-job-token-sum1"  # job sum's
+# the shopping pipeline's jobs' own tokens (lockstep demo --job-tokens)
+SHOPPING_JOB_TOKENS = {
+    "load_shopping": "s3cret-job-token-shop1",
+    "sum_amount": "s3cret-job-token-shop2",
+    "sum_price": "s3cret-job-token-shop3",
+}
 
 
 def serve_process(

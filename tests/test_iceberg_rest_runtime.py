@@ -21,13 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from service_fixtures import ADMIN_TOKEN, READ_TOKEN
+from service_fixtures import ADMIN_TOKEN, LOAD_JOB_TOKEN, READ_TOKEN
 
 if TYPE_CHECKING:
     from iceberg_rest_fixtures import CatalogService
     from pyspark.sql import SparkSession
 
     from lockstep.barrier.runtime.context import BarrierContext
+    from lockstep.barrier.runtime.runner import Job
+    from lockstep.facade import Lockstep
 
 pytest.importorskip("pyiceberg")
 pytest_plugins = ["iceberg_rest_fixtures"]
@@ -46,12 +48,15 @@ def stock_catalog(service: CatalogService, token: str = READ_TOKEN) -> Any:
 
 @pytest.mark.slow
 def test_the_demo_runs_in_the_served_catalog_and_its_tags_are_consistent_reads(
-    iceberg_service: CatalogService,
+    iceberg_service: CatalogService, tmp_path: Path
 ) -> None:
+    """Each job runs with its own job token (least privilege); the admin token registers
+    the jobs and issues the barriers."""
     lockstep_cli = str(Path(sys.executable).parent / "lockstep")
     target = ["--store", iceberg_service.url, "--token", ADMIN_TOKEN]
+    job_tokens = ["--job-tokens", str(tmp_path / "tokens")]  # the service's own token file
     done = subprocess.run(
-        [lockstep_cli, *target, "--json", "demo", "--barriers", str(BARRIERS)],
+        [lockstep_cli, *target, "--json", "demo", "--barriers", str(BARRIERS), *job_tokens],
         capture_output=True,
         text=True,
         timeout=900,
@@ -81,6 +86,21 @@ def test_the_demo_runs_in_the_served_catalog_and_its_tags_are_consistent_reads(
     assert tables["user_item_amount"].snapshot_by_name(f"lockstep_b{BARRIERS + 1}") is None
 
 
+def _connections(service: CatalogService, job: Job) -> tuple[Lockstep, Lockstep, str]:
+    """The admin's connection (which registers ``job``) and the job's own, with its job
+    token (job ``load``'s), both on the served catalog under a Spark name of the test's own."""
+    import lockstep
+
+    name = f"ls_{uuid.uuid4().hex[:10]}"
+    served = {"name": name, "type": "rest", "uri": service.uri}
+    admin = lockstep.connect(
+        service.url, token=ADMIN_TOKEN, catalog={**served, "token": ADMIN_TOKEN}
+    )
+    admin.store.register_job(job.spec())
+    own = {**served, "token": LOAD_JOB_TOKEN}
+    return admin, lockstep.connect(service.url, token=LOAD_JOB_TOKEN, catalog=own), name
+
+
 def _write_rows(ctx: BarrierContext) -> None:
     rows = [(f"u{ctx.barrier_id}", ctx.barrier_id)]
     ctx.sink("orders").append(ctx.spark.createDataFrame(rows, "user_id STRING, amount BIGINT"))
@@ -89,19 +109,16 @@ def _write_rows(ctx: BarrierContext) -> None:
 def test_a_paused_instance_cannot_publish_once_a_newer_one_attached(
     iceberg_service: CatalogService, spark_base: SparkSession
 ) -> None:
-    import lockstep
     from lockstep.barrier.runtime.runner import Job, JobRunner
 
-    name = f"ls_{uuid.uuid4().hex[:10]}"  # a Spark catalog name of this test's own
-    served = {"name": name, "type": "rest", "uri": iceberg_service.uri, "token": ADMIN_TOKEN}
-    ls = lockstep.connect(iceberg_service.url, token=ADMIN_TOKEN, catalog=served)
     job = Job(
         "load", _write_rows, sinks=["orders"], schemas={"orders": "user_id STRING, amount BIGINT"}
     )
+    admin, ls, _name = _connections(iceberg_service, job)
     zombie = JobRunner(ls.store, job, spark_base.newSession(), ls.iceberg)
     zombie.start()
     assert zombie._guarded, "the runtime did not see that the catalog fences its commits"
-    ls.issue_barrier()
+    admin.issue_barrier()
     barrier = zombie.session.next_barrier()
     assert barrier is not None
     staged = zombie.stage(barrier)  # the step ran, PROCESSED is reported
@@ -124,19 +141,16 @@ def test_a_paused_instance_cannot_publish_once_a_newer_one_attached(
 def test_a_revision_rolls_back_main_on_the_served_catalog(
     iceberg_service: CatalogService, spark_base: SparkSession
 ) -> None:
-    import lockstep
     from lockstep.barrier.runtime.runner import Job, JobRunner
 
-    name = f"ls_{uuid.uuid4().hex[:10]}"
-    served = {"name": name, "type": "rest", "uri": iceberg_service.uri, "token": ADMIN_TOKEN}
-    ls = lockstep.connect(iceberg_service.url, token=ADMIN_TOKEN, catalog=served)
     job = Job(
         "load", _write_rows, sinks=["orders"], schemas={"orders": "user_id STRING, amount BIGINT"}
     )
+    admin, ls, name = _connections(iceberg_service, job)
     runner = JobRunner(ls.store, job, spark_base.newSession(), ls.iceberg)
     runner.start()
-    ls.issue_barrier()
-    ls.issue_barrier()
+    admin.issue_barrier()
+    admin.issue_barrier()
     assert runner.run(max_barriers=2) == 2
     stock = stock_catalog(iceberg_service)
     before = stock.load_table("default.orders")
@@ -155,7 +169,7 @@ def test_a_revision_rolls_back_main_on_the_served_catalog(
         assert count["n"] == expected
 
     # the revision moves main back: the catalog lets it, as the revision in progress
-    ls.revise("orders", 1, spark=spark_base.newSession())
+    admin.revise("orders", 1, spark=spark_base.newSession())
     after = stock.load_table("default.orders")
     assert after.metadata.refs["main"].snapshot_id == at_one.snapshot_id
     assert after.snapshot_by_name("lockstep_b2") is None  # the revised version is gone
@@ -174,7 +188,6 @@ def test_a_served_job_acts_on_its_report_before_its_next_barrier_comes(
     """Through the service, the WRITTEN report and the wait for the next barrier are one
     request (``written-and-next?wait_s``): the runtime's after-WRITTEN work (here a root
     source's hook) is done when the report is recorded, not when the next barrier comes."""
-    import lockstep
     from lockstep.barrier.runtime.runner import Job, JobRunner
     from lockstep.barrier.sources.base import GeneratorSource
 
@@ -185,9 +198,6 @@ def test_a_served_job_acts_on_its_report_before_its_next_barrier_comes(
         def after_written(self, job_id: str, barrier_id: int, cut: Mapping[str, Any]) -> None:
             hooked.put(barrier_id)
 
-    name = f"ls_{uuid.uuid4().hex[:10]}"
-    served = {"name": name, "type": "rest", "uri": iceberg_service.uri, "token": ADMIN_TOKEN}
-    ls = lockstep.connect(iceberg_service.url, token=ADMIN_TOKEN, catalog=served)
     source = HookedSource("clicks", lambda b: [{"n": b}], "n BIGINT")
     job = Job(
         "load",
@@ -196,16 +206,17 @@ def test_a_served_job_acts_on_its_report_before_its_next_barrier_comes(
         root_sources=[source],
         schemas={"orders": "user_id STRING, amount BIGINT"},
     )
+    admin, ls, _name = _connections(iceberg_service, job)
     runner = JobRunner(ls.store, job, spark_base.newSession(), ls.iceberg)
     runner.start()
     ran: list[int] = []
     loop = threading.Thread(target=lambda: ran.append(runner.run(max_barriers=2)))
     loop.start()
-    ls.issue_barrier()
+    admin.issue_barrier()
     # barrier 2 is issued only after barrier 1's hook ran: a runtime that waited for the
     # next barrier before its after-WRITTEN work would never get here
     assert hooked.get(timeout=WAIT_S) == 1
-    ls.issue_barrier()
+    admin.issue_barrier()
     assert hooked.get(timeout=WAIT_S) == 2
     loop.join(WAIT_S)
     assert ran == [2]

@@ -395,6 +395,13 @@ def _add_run_commands(sub: Any, cmds: _Commands) -> None:
         default=spark_demo.DEFAULT_BARRIERS,
         help=f"how many barriers to run (default {spark_demo.DEFAULT_BARRIERS})",
     )
+    demo.add_argument(
+        "--job-tokens",
+        type=Path,
+        metavar="FILE",
+        help="on a service: run each job with its own job token, from this token file's "
+        "'job JOB,... TOKEN' lines (the --token, an admin's, registers and issues)",
+    )
     walkthrough = cmds.add_plain(sub, "walkthrough", cmd_walkthrough)
     walkthrough.add_argument(
         "--barriers", type=_int_at_least(MIN_BARRIERS), default=DEFAULT_WALKTHROUGH_BARRIERS

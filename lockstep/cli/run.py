@@ -9,7 +9,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +18,8 @@ from lockstep.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from types import FrameType
+
+    from lockstep.facade import Lockstep
 
 
 def _quiet(_: str) -> None:
@@ -155,8 +157,37 @@ def _demo_on_service(args: argparse.Namespace, progress: Callable[[str], None]) 
             f"Lockstep demo on {args.target}, tables in the {ls.catalog.describe()}: "
             f"3 Spark jobs, {args.barriers} barriers, a dashboard"
         )
-        summary = run_demo(ls, barriers=args.barriers, progress=progress)
+        with _job_connections(args) as jobs:
+            summary = run_demo(ls, barriers=args.barriers, progress=progress, job_homes=jobs)
     return Output(summary, demo_summary_text(summary))
+
+
+@contextmanager
+def _job_connections(args: argparse.Namespace) -> Iterator[dict[str, Lockstep]]:
+    """A connection per demo job with its own token, from ``--job-tokens`` (none: every job
+    uses the demo's own connection)."""
+    from lockstep.examples import shopping
+    from lockstep.facade import connect
+    from lockstep.service.auth import Role, load_tokens
+
+    if args.job_tokens is None:
+        yield {}
+        return
+    tokens = load_tokens(args.job_tokens)
+    found = {
+        job.job_id: token
+        for job in shopping.JOBS
+        for token, grant in tokens.items()
+        if grant.role is Role.JOB and job.job_id in grant.jobs
+    }
+    missing = [job.job_id for job in shopping.JOBS if job.job_id not in found]
+    if missing:
+        raise ConfigurationError(
+            f"{args.job_tokens} has no job token for {', '.join(missing)}: add a line "
+            f"'job {','.join(missing)} TOKEN' (and the same to the service's token file)"
+        )
+    with ExitStack() as stack:
+        yield {job: stack.enter_context(connect(args.target, token=t)) for job, t in found.items()}
 
 
 def _fresh_home(target: str | None) -> Path:
