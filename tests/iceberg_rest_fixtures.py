@@ -21,6 +21,23 @@ from service_fixtures import (
 )
 
 
+def served_connections(service: CatalogService, spec: Any, job_token: str) -> tuple[Any, Any, str]:
+    """An admin's connection (which registers the job ``spec``) and the job's own, with
+    ``job_token``, both on the served catalog under a Spark catalog name of their own;
+    and that name."""
+    import uuid
+
+    import lockstep
+
+    name = f"ls_{uuid.uuid4().hex[:10]}"
+    served = {"name": name, "type": "rest", "uri": service.uri}
+    admin_catalog = {**served, "token": ADMIN_TOKEN}
+    admin = lockstep.connect(service.url, token=ADMIN_TOKEN, catalog=admin_catalog)
+    admin.store.register_job(spec)
+    own = lockstep.connect(service.url, token=job_token, catalog={**served, "token": job_token})
+    return admin, own, name
+
+
 @dataclass(frozen=True)
 class CatalogService:
     uri: str  # what a client's catalog ``uri`` is: http://127.0.0.1:PORT/iceberg

@@ -14,13 +14,13 @@ import queue
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from iceberg_rest_fixtures import served_connections
 from service_fixtures import ADMIN_TOKEN, LOAD_JOB_TOKEN, READ_TOKEN
 
 if TYPE_CHECKING:
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from lockstep.barrier.runtime.context import BarrierContext
-    from lockstep.barrier.runtime.runner import Job
-    from lockstep.facade import Lockstep
 
 pytest.importorskip("pyiceberg")
 pytest_plugins = ["iceberg_rest_fixtures"]
@@ -86,21 +84,6 @@ def test_the_demo_runs_in_the_served_catalog_and_its_tags_are_consistent_reads(
     assert tables["user_item_amount"].snapshot_by_name(f"lockstep_b{BARRIERS + 1}") is None
 
 
-def _connections(service: CatalogService, job: Job) -> tuple[Lockstep, Lockstep, str]:
-    """The admin's connection (which registers ``job``) and the job's own, with its job
-    token (job ``load``'s), both on the served catalog under a Spark name of the test's own."""
-    import lockstep
-
-    name = f"ls_{uuid.uuid4().hex[:10]}"
-    served = {"name": name, "type": "rest", "uri": service.uri}
-    admin = lockstep.connect(
-        service.url, token=ADMIN_TOKEN, catalog={**served, "token": ADMIN_TOKEN}
-    )
-    admin.store.register_job(job.spec())
-    own = {**served, "token": LOAD_JOB_TOKEN}
-    return admin, lockstep.connect(service.url, token=LOAD_JOB_TOKEN, catalog=own), name
-
-
 def _write_rows(ctx: BarrierContext) -> None:
     rows = [(f"u{ctx.barrier_id}", ctx.barrier_id)]
     ctx.sink("orders").append(ctx.spark.createDataFrame(rows, "user_id STRING, amount BIGINT"))
@@ -114,7 +97,7 @@ def test_a_paused_instance_cannot_publish_once_a_newer_one_attached(
     job = Job(
         "load", _write_rows, sinks=["orders"], schemas={"orders": "user_id STRING, amount BIGINT"}
     )
-    admin, ls, _name = _connections(iceberg_service, job)
+    admin, ls, _name = served_connections(iceberg_service, job.spec(), LOAD_JOB_TOKEN)
     zombie = JobRunner(ls.store, job, spark_base.newSession(), ls.iceberg)
     zombie.start()
     assert zombie._guarded, "the runtime did not see that the catalog fences its commits"
@@ -146,7 +129,7 @@ def test_a_revision_rolls_back_main_on_the_served_catalog(
     job = Job(
         "load", _write_rows, sinks=["orders"], schemas={"orders": "user_id STRING, amount BIGINT"}
     )
-    admin, ls, name = _connections(iceberg_service, job)
+    admin, ls, name = served_connections(iceberg_service, job.spec(), LOAD_JOB_TOKEN)
     runner = JobRunner(ls.store, job, spark_base.newSession(), ls.iceberg)
     runner.start()
     admin.issue_barrier()
@@ -206,7 +189,7 @@ def test_a_served_job_acts_on_its_report_before_its_next_barrier_comes(
         root_sources=[source],
         schemas={"orders": "user_id STRING, amount BIGINT"},
     )
-    admin, ls, _name = _connections(iceberg_service, job)
+    admin, ls, _name = served_connections(iceberg_service, job.spec(), LOAD_JOB_TOKEN)
     runner = JobRunner(ls.store, job, spark_base.newSession(), ls.iceberg)
     runner.start()
     ran: list[int] = []

@@ -330,14 +330,23 @@ def test_old_snapshots_may_go_but_not_a_version_or_a_head(world: World) -> None:
             world.check(maintainer, RemoveSnapshotsUpdate(snapshot_ids=[needed]))
 
 
-def test_a_snapshot_between_two_versions_is_needed(world: World) -> None:
-    """Barrier 2's version is snapshot 3; a changes read from barrier 1 (snapshot 2) walks
-    everything after it, so nothing from 2 on may go, version or not."""
+def test_an_ancestor_of_a_needed_snapshot_is_needed_and_an_orphan_is_not(world: World) -> None:
+    """A changes read from barrier 2's version (3) to main's head walks every snapshot in
+    between: 6 (on main above 4) may not go; 8, which no needed snapshot descends from
+    (say, a rolled-back version), may."""
     world.metadata = update_table_metadata(
-        world.metadata, (AddSnapshotUpdate(snapshot=snapshot(6, 4, 7)),)
+        world.metadata,
+        (
+            AddSnapshotUpdate(snapshot=snapshot(6, 4, 6)),
+            AddSnapshotUpdate(snapshot=snapshot(7, 6, 7)),
+            AddSnapshotUpdate(snapshot=snapshot(8, 3, 8)),
+            SetSnapshotRefUpdate(ref_name="main", type=SnapshotRefType.BRANCH, snapshot_id=7),
+        ),
     )
-    with pytest.raises(PermissionDeniedError, match="committed after the oldest snapshot"):
-        world.check(principal(world, Actor.MAINTAINER), RemoveSnapshotsUpdate(snapshot_ids=[6]))
+    maintainer = principal(world, Actor.MAINTAINER)
+    with pytest.raises(PermissionDeniedError, match="6 \\(an ancestor of 7 \\(the head of main"):
+        world.check(maintainer, RemoveSnapshotsUpdate(snapshot_ids=[6]))
+    world.check(maintainer, RemoveSnapshotsUpdate(snapshot_ids=[8, 1]))
 
 
 def test_the_retention_horizon_frees_older_versions(world: World) -> None:

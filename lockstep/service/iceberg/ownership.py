@@ -287,9 +287,8 @@ def authorize_commit(
             for i in u.snapshot_ids
         ]
         if removed and change.base is not None:
-            refused = retained.needed(session, table.name, change.base, now).refusals(
-                removed, change.base
-            )
+            needed = retained.needed(session, table.name, change.base, now)
+            refused = needed.refusals(removed)
             if refused:
                 raise NeededSnapshotsError(table, refused)
 

@@ -3,9 +3,10 @@
 Needed (DESIGN §7, as ``lockstep expire`` decides): every version the store keeps for the
 table (from its retention horizon on, any state), every snapshot a live lease holds, every
 pending commit's staged snapshot, the heads of ``main`` and the jobs' ``lockstep_*``
-branches, and every snapshot committed after the oldest of those (a downstream job's
-changes read walks the snapshots between two versions). Older snapshots may go: that is
-what ``lockstep expire`` removes, and what an admin's ``expire_snapshots`` may remove too.
+branches, and the ancestors of all those back to the oldest version, lease or pending
+commit (a downstream job's changes read walks the snapshots between two versions). The
+rest may go: older snapshots (what ``lockstep expire`` removes) and snapshots no needed
+one descends from (a revision's rolled-back versions, an admin's deleted branch).
 """
 
 from __future__ import annotations
@@ -40,21 +41,11 @@ def guarded_ref(ref: str) -> bool:
 class Needed:
     """Why each snapshot of a table is still needed, and from which commit time on all are."""
 
-    reasons: dict[int, str]
-    since_ms: int | None  # snapshots committed at or after this are needed too
+    reasons: dict[int, str]  # snapshot -> why it is needed
 
-    def refusals(self, removed: Iterable[int], metadata: TableMetadata) -> dict[int, str]:
+    def refusals(self, removed: Iterable[int]) -> dict[int, str]:
         """Of ``removed``, those still needed, with why."""
-        out: dict[int, str] = {}
-        for snapshot_id in sorted(set(removed)):
-            if snapshot_id in self.reasons:
-                out[snapshot_id] = self.reasons[snapshot_id]
-                continue
-            snapshot = metadata.snapshot_by_id(snapshot_id)
-            since = self.since_ms
-            if snapshot is not None and since is not None and snapshot.timestamp_ms >= since:
-                out[snapshot_id] = "committed after the oldest snapshot still needed"
-        return out
+        return {s: self.reasons[s] for s in sorted(set(removed)) if s in self.reasons}
 
 
 def needed(session: Session, name: str, metadata: TableMetadata, now: datetime) -> Needed:
@@ -95,4 +86,18 @@ def needed(session: Session, name: str, metadata: TableMetadata, now: datetime) 
     for ref_name, ref in metadata.refs.items():
         if guarded_ref(ref_name):
             reasons.setdefault(ref.snapshot_id, f"the head of {ref_name}")
-    return Needed(reasons, min(times) if times else None)
+    if times:
+        _add_ancestors(reasons, metadata, min(times))
+    return Needed(reasons)
+
+
+def _add_ancestors(reasons: dict[int, str], metadata: TableMetadata, since_ms: int) -> None:
+    """Add to ``reasons`` the ancestors of its snapshots committed at ``since_ms`` or later."""
+    for needed_id, why in list(reasons.items()):
+        snapshot = metadata.snapshot_by_id(needed_id)
+        while snapshot is not None and snapshot.parent_snapshot_id is not None:
+            parent = metadata.snapshot_by_id(snapshot.parent_snapshot_id)
+            if parent is None or parent.timestamp_ms < since_ms:
+                break
+            reasons.setdefault(parent.snapshot_id, f"an ancestor of {needed_id} ({why})")
+            snapshot = parent
