@@ -227,3 +227,18 @@ def test_view_loads_benchmark_times_each_kind_of_load(tmp_path: Path) -> None:
         figures = [float(x.rstrip("x")) for x in rows[kind][-4:]]
         assert all(f > 0 for f in figures), (kind, rows[kind])
     assert rows["plain"][-2] == "1.00x"
+
+
+@pytest.mark.slow
+def test_catalog_commits_benchmark_times_each_kind_of_commit(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "catalog_commits.py"), "--commits", "5", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    for kind in ("writer on its table", "admin on a free table", "admin refused on a Lockstep"):
+        line = next(line for line in result.stdout.splitlines() if kind in line)
+        assert "this code: p50" in line, line
