@@ -117,12 +117,12 @@ def start_pipeline(service: Any, barriers: int = 2) -> Pipeline:
 
     pipeline = Pipeline(service)
     store = service.store
-    for job, sources, table in JOBS:
-        store.register_job(JobSpec(job, sources=sources, sinks=(table,)))
-    admin = pipeline._catalog()
+    admin = pipeline._catalog()  # the tables first: registering their jobs makes them Lockstep's
     admin.create_namespace("default")
     for table in TABLES:
         admin.create_table(f"default.{table}", SCHEMA)
+    for job, sources, table in JOBS:
+        store.register_job(JobSpec(job, sources=sources, sinks=(table,)))
     pipeline.tokens.update({job: store.attach(job).token for job, _, _ in JOBS})
     for _ in range(barriers):
         pipeline.advance()

@@ -11,7 +11,7 @@ reads as before, through stock pyiceberg at its ``lockstep_b<N>`` tag.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from iceberg_rest_fixtures import served_connections
@@ -37,12 +37,16 @@ def _append_twice(ctx: BarrierContext) -> None:
         ctx.sink("orders").append(frame)
 
 
-def _rows_at_tags(service: CatalogService) -> dict[int, list[str]]:
+def _stock_table(service: CatalogService) -> Any:
     from pyiceberg.catalog import load_catalog
 
-    table = load_catalog("r", type="rest", uri=service.uri, token=READ_TOKEN).load_table(
+    return load_catalog("r", type="rest", uri=service.uri, token=READ_TOKEN).load_table(
         "default.orders"
     )
+
+
+def _rows_at_tags(service: CatalogService) -> dict[int, list[str]]:
+    table = _stock_table(service)
     out = {}
     for barrier in range(1, BARRIERS + 1):
         snapshot = table.snapshot_by_name(f"lockstep_b{barrier}")
@@ -73,11 +77,13 @@ def test_an_admins_spark_maintenance_follows_the_ownership_rules(
     admin.iceberg.register_catalog(spark)  # the admin's token, no job headers
     table = f"{name}.default.orders"
     snapshots = {
-        r["snapshot_id"]: r
-        for r in spark.sql(f"SELECT * FROM {table}.snapshots ORDER BY committed_at").collect()
+        r["snapshot_id"]: r for r in spark.sql(f"SELECT * FROM {table}.snapshots").collect()
     }
-    ordered = list(snapshots)
-    first_of_one, version_one, first_of_two = ordered[0], ordered[1], ordered[2]
+    versions = {b: _stock_table(iceberg_service).snapshot_by_name(f"lockstep_b{b}") for b in (1, 2)}
+    version_one, first_of_one = versions[1].snapshot_id, versions[1].parent_snapshot_id
+    first_of_two = versions[2].parent_snapshot_id  # between barrier 1's version and 2's
+    assert first_of_two in snapshots
+    assert first_of_one in snapshots
     call = f"CALL {name}.system"
 
     # a compaction moves main: refused, naming the rule
