@@ -319,7 +319,6 @@ def run_demo(
     >>> summary.reads["repeatable_read"]["inconsistent"]  # doctest: +SKIP
     0
     """
-    from lockstep.barrier.runtime.runner import JobRunner
     from lockstep.examples import shopping
 
     if barriers < MIN_BARRIERS:
@@ -342,19 +341,7 @@ def run_demo(
     say("starting Spark (one local JVM; each job gets its own session)")
     spark = spark or ls.spark()
     try:
-        for job in shopping.JOBS:  # so a job token's own registration is a no-op
-            ls.store.register_job(job.spec())
-        homes = {job.job_id: (job_homes or {}).get(job.job_id, ls) for job in shopping.JOBS}
-        runners = [
-            JobRunner(
-                homes[job.job_id].store,
-                job,
-                spark.newSession(),
-                homes[job.job_id].iceberg,
-                progress=say,
-            )
-            for job in shopping.JOBS
-        ]
+        runners = _runners(ls, job_homes or {}, spark, say)
         for runner in runners:
             runner.start()
         pipeline = _Pipeline(ls, runners, say)
@@ -385,6 +372,22 @@ def run_demo(
     elapsed = time.monotonic() - started
     say(f"done: {barriers} barriers; reads: {dashboard.counts()}")
     return _summarize(ls, barriers, elapsed, dashboard)
+
+
+def _runners(
+    ls: Lockstep, job_homes: Mapping[str, Lockstep], spark: SparkSession, say: Progress
+) -> list[JobRunner]:
+    """The shopping jobs' runners, each on its own home's connection (``ls`` by default),
+    registered by ``ls`` first, so that a job token's own registration is a no-op."""
+    from lockstep.barrier.runtime.runner import JobRunner
+    from lockstep.examples import shopping
+
+    runners = []
+    for job in shopping.JOBS:
+        ls.store.register_job(job.spec())
+        home = job_homes.get(job.job_id, ls)
+        runners.append(JobRunner(home.store, job, spark.newSession(), home.iceberg, progress=say))
+    return runners
 
 
 def _summarize(ls: Lockstep, barriers: int, elapsed: float, dashboard: Dashboard) -> DemoSummary:

@@ -298,6 +298,12 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
             return Response(status_code=404, media_type="application/json")
         return _no_content()
 
+    _add_table_changes(router, catalog)
+
+
+def _add_table_changes(router: APIRouter, catalog: ServedCatalog) -> None:
+    """Dropping and renaming tables (``ownership`` decides who may)."""
+
     @router.delete("/namespaces/{namespace}/tables/{table}")
     def drop_table(
         namespace: str,
