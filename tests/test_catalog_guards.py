@@ -207,3 +207,22 @@ def test_a_job_token_writes_its_sinks_and_nothing_else(scene: Scene) -> None:
     half = catalog(service, LOAD_JOB_TOKEN, **{"X-Lockstep-Job": "load"})
     with pytest.raises(BadRequestError, match="both X-Lockstep-Job and X-Lockstep-Token"):
         half.load_table(f"{NS}.orders").append(pa.table({"user_id": ["x"]}))
+
+
+def test_a_view_may_not_take_a_lockstep_tables_name(scene: Scene) -> None:
+    """A view named like a Lockstep table yet to be created would keep its writer from
+    creating it; like a table, the name is the writer's."""
+    from pyiceberg.view.metadata import ViewVersion
+
+    version = ViewVersion.model_validate(
+        {
+            "version-id": 1,
+            "schema-id": 0,
+            "representations": [{"type": "sql", "sql": "SELECT 1 AS k", "dialect": "spark"}],
+            "default-namespace": [NS],
+        }
+    )
+    admin = catalog(scene.service)
+    with pytest.raises(ForbiddenError, match="view is allowed to nobody"):
+        admin.create_view(f"{NS}.pending", pa.schema([("k", pa.int64())]), version)
+    admin.create_view(f"{NS}.fine", pa.schema([("k", pa.int64())]), version)

@@ -225,7 +225,7 @@ EXAMPLES: dict[str, Callable[[], list[TableUpdate]]] = {
     "upgrade-format-version": lambda: [UpgradeFormatVersionUpdate(format_version=2)],
     "assign-uuid": lambda: [AssignUUIDUpdate(uuid=uuid.uuid4())],
 }
-OPERATIONS = ("create", "register", "rename", "drop")
+OPERATIONS = ("create", "register", "rename", "drop", "view")
 
 
 def test_every_rule_has_an_example_and_every_update_type_a_rule() -> None:

@@ -118,6 +118,7 @@ RULES: tuple[Rule, ...] = (
     Rule("register", _NOBODY, "unregister the job first (lockstep job remove)"),
     Rule("rename", _NOBODY, "unregister the job first (lockstep job remove)"),
     Rule("drop", _NOBODY, "unregister the job first (lockstep job remove)"),
+    Rule("view", _NOBODY, "an Iceberg view may not take a Lockstep table's name"),
 )
 RULE_OF: dict[str, Rule] = {rule.kind: rule for rule in RULES}
 
@@ -303,6 +304,13 @@ def authorize(session: Session, principal: Principal, table: TableName, kind: st
     rule = RULE_OF[kind]
     if who not in rule.actors:
         raise NotTheWriterError(found, who, rule, kind)
+
+
+def refuse_view_name(session: Session, name: TableName) -> None:
+    """An Iceberg view may not take the name of a Lockstep table (made or yet to be)."""
+    found = owned(session, name)
+    if found is not None:
+        raise NotTheWriterError(found, Actor.MAINTAINER, RULE_OF["view"], "view")
 
 
 def _free_table(principal: Principal, table: TableName) -> None:

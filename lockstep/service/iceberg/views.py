@@ -29,7 +29,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from lockstep.errors import InvalidRequestError
-from lockstep.service.iceberg import storage, view_storage
+from lockstep.service.iceberg import ownership, storage, view_storage
 from lockstep.service.iceberg.errors import (
     CommitConflictError,
     MetadataFileError,
@@ -375,6 +375,8 @@ class ServedViews:
 
 
 def _check_free(session: Session, name: TableName) -> None:
-    """A view may not take the name of a table or another view."""
+    """A view may not take the name of a table, another view, or a Lockstep table yet to
+    be created (``ownership``)."""
     if storage.pointer(session, name) is not None or view_storage.pointer(session, name):
         raise ViewExistsError(name.namespace, name.name)
+    ownership.refuse_view_name(session, name)
