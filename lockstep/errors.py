@@ -248,6 +248,43 @@ class FencedError(ProtocolError):
         self.current = current
 
 
+class JobStepError(LockstepError):
+    """The user's own step raised while processing a barrier: not a Lockstep bug. Carries
+    the step's traceback (its frames only, from the step down), which the CLI prints; the
+    original exception is ``__cause__``. The barrier was not published: a restarted job
+    replays it from its persisted input cut."""
+
+    def __init__(self, job_id: str, barrier_id: int, error: BaseException) -> None:
+        import traceback
+
+        detail = (str(error).strip().splitlines() or [""])[0]
+        if len(detail) > 300:  # a Java exception's text holds its whole stack
+            detail = detail[:300] + "..."
+        super().__init__(
+            f"job {job_id!r} failed at barrier {barrier_id}: {type(error).__name__}"
+            + (f": {detail}" if detail else "")
+        )
+        self.job_id = job_id
+        self.barrier_id = barrier_id
+        frames = error.__traceback__.tb_next if error.__traceback__ is not None else None
+        self.step_traceback = "".join(
+            traceback.TracebackException(type(error), error, frames).format()
+        )
+
+
+class JobsFailedError(LockstepError):
+    """Jobs of one ``lockstep run`` process stopped on failures (each reported when it
+    happened) while the others went on."""
+
+    def __init__(self, failed: Sequence[str], of: int) -> None:
+        noun = "job" if len(failed) == 1 else "jobs"
+        super().__init__(
+            f"{len(failed)} of {of} jobs stopped on a failure ({noun} {_names(failed)}; each "
+            "error is above); start them again (lockstep run ...), or run with --restart"
+        )
+        self.job_ids = tuple(failed)
+
+
 class UnknownBarrierError(LockstepError):
     """No barrier with this id has been issued."""
 

@@ -34,7 +34,7 @@ from lockstep.barrier.runtime.lineage import (
     lineage_emitter,
 )
 from lockstep.barrier.runtime.lineage_events import dataset_naming, run_id
-from lockstep.errors import FencedError
+from lockstep.errors import FencedError, JobStepError
 from lockstep.examples import shopping
 from lockstep.topology.model import JobSpec
 
@@ -422,7 +422,7 @@ def test_a_runner_fails_replays_and_is_fenced_under_one_run_id_per_barrier(
     spark_ls.store.register_job(job.spec())
     spark_ls.issue_barrier()
     first = JobRunner(spark_ls.store, job, spark_base.newSession(), spark_ls.iceberg)
-    with pytest.raises(ValueError, match="bad input"):
+    with pytest.raises(JobStepError, match="ValueError: bad input"):
         first.run(max_barriers=1)
     broken[0] = False
     assert first.run(max_barriers=1) == 1  # recovery drops barrier 1, then replays it

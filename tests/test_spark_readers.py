@@ -15,6 +15,7 @@ import pytest
 from lockstep.barrier.runtime.context import BarrierContext
 from lockstep.barrier.runtime.runner import Job, JobRunner
 from lockstep.barrier.sources.base import GeneratorSource, TimeRangeSource
+from lockstep.errors import JobStepError
 from lockstep.examples import shopping
 from lockstep.facade import Lockstep
 from lockstep.meta_tables.spark_views import register_meta_views
@@ -204,7 +205,7 @@ def test_time_range_source_cuts_at_barrier_ts_and_replays_the_persisted_cut(
 
     # barrier 3 dies after staging; its cut was persisted before processing
     b3 = spark_ls.issue_barrier()
-    with pytest.raises(RuntimeError, match="crashed after staging"):
+    with pytest.raises(JobStepError, match="RuntimeError: crashed after staging"):
         runner.run(until_idle=True)
     cut_3 = spark_ls.store.input_cuts("load_events", 3)["events_feed"]
     assert cut_3 == {"after": b2.ts.isoformat(), "up_to": b3.ts.isoformat()}

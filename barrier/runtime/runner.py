@@ -42,7 +42,7 @@ from lockstep.barrier.runtime.spans import span
 from lockstep.barrier.runtime.staging import StagedSinks
 from lockstep.barrier.session import WAIT_CHUNK_S, JobSession
 from lockstep.barrier.sources.base import AfterWritten, RootSource
-from lockstep.errors import LockstepError
+from lockstep.errors import JobStepError, LockstepError
 from lockstep.topology.model import JobSpec
 
 if TYPE_CHECKING:
@@ -108,6 +108,7 @@ class JobRunner:
         self._session: JobSession | None = None
         self._interrupted = False  # a barrier failed part-way; recover before going on
         self._last_written: Barrier | None = None  # the last barrier this instance wrote
+        self.barriers_written = 0  # by this runner, over its instances (a supervisor counts)
         self._guarded = False  # the catalog fences and tags this job's commits (start())
         self._lineage = lineage_emitter(store, job.spec(), tables)  # OpenLineage, if configured
         tables.register_catalog(spark)
@@ -266,6 +267,7 @@ class JobRunner:
             self._lineage.interrupted(barrier.barrier_id, e)
             raise
         self._last_written = barrier
+        self.barriers_written += 1
         self._progress(f"{self.job.job_id}: barrier {barrier.barrier_id} written")
         return handoff
 
@@ -303,7 +305,7 @@ class JobRunner:
             # Lockstep's REST catalog stamps the barrier itself (no private Iceberg API)
             tagging = nullcontext() if self._guarded else commit_properties(self.spark, tags)
             with tagging, span("step"):
-                self.job.step(ctx)
+                self._step(ctx)
                 ctx.finish()  # an empty tagged commit for every sink the step did not write
             _fault_point("after_stage", b, job_id)
             staged = self._sinks.staged(b, None if self._guarded else self.session.token)
@@ -349,6 +351,17 @@ class JobRunner:
         return handoff
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _step(self, ctx: BarrierContext) -> None:
+        """The user's step; what it raises (but Lockstep's own errors, already clear) is
+        theirs, not a Lockstep bug: it is reported with the job, the barrier and the step's
+        own frames (:class:`JobStepError`)."""
+        try:
+            self.job.step(ctx)
+        except LockstepError:
+            raise
+        except Exception as e:
+            raise JobStepError(self.job.job_id, ctx.barrier.barrier_id, e) from e
 
     def _after_written(self, barrier_id: int) -> None:
         """Each root source's after-WRITTEN hook, with its persisted cut of the barrier. The

@@ -30,10 +30,12 @@ MAX_ID = 2**63 - 1  # barrier ids, tokens, counts: what the store holds (64-bit)
 
 @dataclass(frozen=True)
 class Output:
-    """A command's result: ``data`` for ``--json``, ``text`` for a terminal."""
+    """A command's result: ``data`` for ``--json``, ``text`` for a terminal; ``error``,
+    a failure to report after it (the command then exits 2)."""
 
     data: Any
     text: str
+    error: Exception | None = None
 
 
 def _as_utc(value: datetime) -> datetime:

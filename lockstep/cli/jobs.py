@@ -1,5 +1,5 @@
-"""Which jobs ``lockstep run`` runs (``MODULE:JOB``, ``MODULE:*``) and how several share one
-process: each on its own thread, or in rounds until none has work (``--until-idle``)."""
+"""Which jobs ``lockstep run`` runs (``MODULE:JOB``, ``MODULE:*``); how several share one
+process is :mod:`lockstep.cli.supervise`."""
 
 from __future__ import annotations
 
@@ -7,17 +7,15 @@ import importlib
 import inspect
 import os
 import sys
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lockstep.errors import LockstepError
 
 if TYPE_CHECKING:
-    from lockstep.barrier.runtime.runner import Job, JobRunner
+    from lockstep.barrier.runtime.runner import Job
 
 ALL_JOBS = "*"  # MODULE:* runs the module's JOBS list
-JOIN_S = 0.5  # the main thread wakes this often while jobs run, to take signals
 
 
 def load_jobs(references: Sequence[str]) -> list[Job]:
@@ -113,63 +111,3 @@ def _call_factory(reference: str, factory: Any) -> Any:
     except ValueError:
         pass  # no signature to check (a builtin): just call it
     return factory()
-
-
-def run_jobs(
-    runners: Sequence[JobRunner],
-    *,
-    stop: threading.Event,
-    max_barriers: int | None = None,
-    until_idle: bool = False,
-) -> dict[str, int]:
-    """Run every job; returns how many barriers each processed.
-
-    One job runs in the calling thread. Several run each on its own thread until ``stop``
-    (or ``max_barriers`` each); a job that fails stops the others and its error is raised.
-    With ``until_idle`` they run in rounds, upstream first, until a round finds no work for
-    any of them: a downstream job idle now may get work once its upstream writes.
-    """
-    if until_idle:
-        return _rounds(runners, stop, max_barriers)
-    if len(runners) == 1:
-        only = runners[0]
-        return {only.job.job_id: only.run(max_barriers=max_barriers, stop=stop)}
-    done = {r.job.job_id: 0 for r in runners}
-    failures: list[BaseException] = []
-
-    def work(runner: JobRunner) -> None:
-        try:
-            done[runner.job.job_id] = runner.run(max_barriers=max_barriers, stop=stop)
-        except BaseException as e:  # handed to the main thread, which raises it
-            failures.append(e)
-            stop.set()
-
-    threads = [
-        threading.Thread(target=work, args=(r,), name=f"job-{r.job.job_id}") for r in runners
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(JOIN_S)  # not a bare join(): the main thread must take Ctrl-C
-    if failures:
-        raise failures[0]
-    return done
-
-
-def _rounds(
-    runners: Sequence[JobRunner], stop: threading.Event, max_barriers: int | None
-) -> dict[str, int]:
-    done = {r.job.job_id: 0 for r in runners}
-    while not stop.is_set():
-        progressed = 0
-        for runner in runners:
-            left = None if max_barriers is None else max_barriers - done[runner.job.job_id]
-            if left == 0 or stop.is_set():
-                continue
-            processed = runner.run(max_barriers=left, stop=stop, until_idle=True)
-            done[runner.job.job_id] += processed
-            progressed += processed
-        if progressed == 0:
-            break
-    return done

@@ -45,7 +45,14 @@ from lockstep.cli.run import (
     cmd_walkthrough,
     stop_on_signals,
 )
-from lockstep.cli.target import add_catalog_options, add_client_options, connect_args, explain
+from lockstep.cli.target import (
+    DEBUG_ENV,
+    add_catalog_options,
+    add_client_options,
+    connect_args,
+    describe,
+    explain,
+)
 from lockstep.errors import LockstepError
 from lockstep.meta_tables.delay import DEFAULT_DELAY_BARRIERS
 
@@ -57,7 +64,6 @@ if TYPE_CHECKING:  # the facade pulls in SQLAlchemy, DuckDB and Arrow: load it l
 LEVELS = ("read_uncommitted", "read_committed", "repeatable_read")
 TOPOLOGY_FORMATS = ("text", "json", "dot", "mermaid")
 DEFAULT_LIST_LIMIT = 20
-DEBUG_ENV = "LOCKSTEP_DEBUG"
 DEFAULT_SQL_MAX_ROWS = 10_000
 DEFAULT_WALKTHROUGH_BARRIERS = 5
 
@@ -421,6 +427,12 @@ def _add_run_commands(sub: Any, cmds: _Commands) -> None:
     run.add_argument(
         "--master", metavar="URL", help="Spark master (default: [spark] master, or local[2])"
     )
+    run.add_argument(
+        "--restart",
+        action="store_true",
+        help="restart a job that fails or is fenced, after a backoff (1 s, doubling to 60 s); "
+        "without it the job stays stopped, the others go on, and the exit status is 2",
+    )
     add_catalog_options(run)
 
 
@@ -482,13 +494,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # a bug of ours: still one line, and the traceback on demand
         if os.environ.get(DEBUG_ENV):
             raise
-        print(
-            f"error: unexpected {type(e).__name__}: {e} (this is a Lockstep bug; run again "
-            f"with {DEBUG_ENV}=1 for the traceback, and please report it)",
-            file=sys.stderr,
-        )
+        print(f"error: {describe(e)}", file=sys.stderr)
         return 2
     print(dump_json(output.data) if args.json else output.text)
+    if output.error is not None:  # a result, and a failure to say (jobs of `lockstep run`)
+        print(f"error: {describe(output.error)}", file=sys.stderr)
+        return 2
     return 0
 
 

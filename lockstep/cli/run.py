@@ -8,17 +8,19 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockstep.cli.format import Output, demo_summary_text
-from lockstep.errors import ConfigurationError
+from lockstep.cli.target import explain
+from lockstep.errors import ConfigurationError, JobsFailedError
 
 if TYPE_CHECKING:
     from types import FrameType
 
+    from lockstep.cli.supervise import SupervisedJob
     from lockstep.facade import Lockstep
 
 
@@ -28,26 +30,34 @@ def _quiet(_: str) -> None:
 
 def cmd_run(args: argparse.Namespace) -> Output:
     """Run jobs (MODULE:JOB ..., or MODULE:* for a module's JOBS) in this process until
-    stopped, on one Spark driver; Ctrl-C stops between barriers."""
+    stopped, on one Spark driver; Ctrl-C stops between barriers. A job that fails stops
+    alone (restarted after a backoff with ``--restart``); the exit status names it."""
     from lockstep.barrier.runtime.runner import JobRunner
-    from lockstep.cli.jobs import load_jobs, run_jobs
+    from lockstep.cli.jobs import load_jobs
+    from lockstep.cli.supervise import Restart, SupervisedJob, run_jobs
     from lockstep.cli.target import connect_args
 
     jobs = load_jobs(args.jobs)  # before Spark starts: a typo fails in a second
     progress: Callable[[str], None] = _quiet if args.json else print
+    restart = Restart() if args.restart else None
     with connect_args(args) as ls:
         # the application is named after its jobs (a cluster's UI lists it so)
         names = ",".join(job.job_id for job in jobs)
         options = {"spark.app.name": f"lockstep {names}"[:200]}
         spark = ls.spark(**({"master": args.master} if args.master else {}), **options)
         # one driver: each job its own session (its own staging-branch setting), one JVM
-        runners = [
-            JobRunner(
-                ls.store,
-                job,
-                spark if len(jobs) == 1 else spark.newSession(),
-                ls.iceberg,
-                progress=progress,
+        supervised = [
+            SupervisedJob(
+                JobRunner(
+                    ls.store,
+                    job,
+                    spark if len(jobs) == 1 else spark.newSession(),
+                    ls.iceberg,
+                    progress=progress,
+                ),
+                restart,
+                # a lone job's failure without restarts ends the process: said once, at the end
+                report=_to_stderr if len(jobs) > 1 or restart else None,
             )
             for job in jobs
         ]
@@ -58,31 +68,48 @@ def cmd_run(args: argparse.Namespace) -> Output:
             else "processing barriers as they come, Ctrl-C stops between two"
         )
         with stop_on_signals("stopping after the current barrier") as stop:
-            for runner in runners:  # in the order given: upstream first
-                runner.start()
-                progress(
-                    f"job {runner.job.job_id} attached (fencing token {runner.session.token}); "
-                    + how
-                )
-            done = run_jobs(
-                runners, stop=stop, max_barriers=args.barriers, until_idle=args.until_idle
-            )
+            for job in supervised:  # in the order given: upstream first
+                if job.start():
+                    token = job.runner.session.token
+                    progress(f"job {job.job_id} attached (fencing token {token}); " + how)
+            run_jobs(supervised, stop=stop, max_barriers=args.barriers, until_idle=args.until_idle)
         spark.stop()
         written = {t.table: t.latest_written for t in ls.tables()}
+    return _run_output(supervised, written, stop.is_set())
+
+
+def _run_output(
+    jobs: Sequence[SupervisedJob], written: Mapping[str, int | None], by_signal: bool
+) -> Output:
+    """What ``lockstep run`` prints: each job's barriers (and restarts, failure); an error
+    naming the jobs that ended on a failure."""
     results = [
         {
             "job_id": job.job_id,
-            "barriers_processed": done[job.job_id],
-            "last_written": written.get(job.sinks[0]),
-            "stopped_by_signal": stop.is_set(),
+            "barriers_processed": job.processed,
+            "last_written": written.get(job.runner.job.sinks[0]),
+            "stopped_by_signal": by_signal,
+            "restarts": job.restarts,
+            "failed": None if job.error is None else explain(job.error),
         }
         for job in jobs
     ]
-    why = " (stopped by a signal)" if stop.is_set() else ""
+    why = " (stopped by a signal)" if by_signal else ""
     text = "\n".join(
-        f"job {r['job_id']}: processed {r['barriers_processed']} barrier(s){why}" for r in results
+        f"job {r['job_id']}: processed {r['barriers_processed']} barrier(s)"
+        + (f", restarted {r['restarts']} time(s)" if r["restarts"] else "")
+        + (", stopped on a failure" if r["failed"] else why)
+        for r in results
     )
-    return Output(results[0] if len(results) == 1 else results, text)
+    failed = [job.job_id for job in jobs if job.error is not None]
+    error: Exception | None = JobsFailedError(failed, len(jobs)) if failed else None
+    if len(jobs) == 1 and jobs[0].report is None:  # not reported yet: say it once, here
+        error = jobs[0].error
+    return Output(results[0] if len(results) == 1 else results, text, error)
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 @contextmanager

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockstep.config import TOKEN_ENV
-from lockstep.errors import AuthenticationError, ConfigurationError
+from lockstep.errors import AuthenticationError, ConfigurationError, JobStepError, LockstepError
 
 if TYPE_CHECKING:
     from lockstep.facade import Lockstep
 
+DEBUG_ENV = "LOCKSTEP_DEBUG"  # set: a bug's traceback, not one line
 TOKEN_HELP = (
     "give the service's token with --token TOKEN, --token-file FILE (the token alone on a "
     f"line) or ${TOKEN_ENV}"
@@ -106,10 +107,29 @@ def add_catalog_options(parser: argparse.ArgumentParser) -> None:
 
 
 def explain(error: Exception) -> str:
-    """A refusal's message, with what to do when the CLI can do something about it."""
+    """A refusal's message, with what to do when the CLI can do something about it; a
+    user's step that raised, with its own frames."""
     if isinstance(error, AuthenticationError):
         return f"{error}; {TOKEN_HELP}"
+    if isinstance(error, JobStepError):
+        return f"{error}\n{error.step_traceback.rstrip()}"
     return str(error)
+
+
+def describe(error: Exception) -> str:
+    """What the CLI says of any error: a LockstepError :func:`explain`-ed; anything else is
+    a bug of ours, said so in one line (with the traceback under ``$LOCKSTEP_DEBUG``)."""
+    if isinstance(error, LockstepError):
+        return explain(error)
+    said = (
+        f"unexpected {type(error).__name__}: {error} (this is a Lockstep bug; run again with "
+        f"{DEBUG_ENV}=1 for the traceback, and please report it)"
+    )
+    if os.environ.get(DEBUG_ENV):
+        import traceback
+
+        said += "\n" + "".join(traceback.format_exception(error)).rstrip()
+    return said
 
 
 def add_client_options(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
