@@ -119,9 +119,11 @@ def test_status_page_renders_without_script(pipeline: dict[str, Any], tmp_path: 
     chromium(f"--screenshot={screenshot}", page)
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert screenshot.stat().st_size > 10_000  # a rendered page, not a blank one
-    # without a token the page is refused
+    # without a token the page is refused, with a page saying how to pass one
     unauthenticated = chromium("--dump-dom", f"{pipeline['url']}/").stdout
-    assert "missing or unknown bearer token" in unauthenticated
+    assert "A token is needed" in unauthenticated
+    assert "/?token=YOUR_TOKEN" in unauthenticated
+    assert '"error"' not in unauthenticated  # not the API's JSON
 
 
 def test_status_json_has_the_page_data(pipeline: dict[str, Any]) -> None:
@@ -162,6 +164,30 @@ def browser() -> Iterator[Any]:
     yield open_browser
     for driver in drivers:
         driver.quit()
+
+
+def test_a_long_delays_axis_label_is_not_clipped(browser: Any, tmp_path: Path) -> None:
+    from lockstep.service.status_style import PAGE_CSS
+    from lockstep.service.status_svg import delay_chart
+
+    rows = [
+        {"barrier_id": b, "e2e_delay_s": d, "job_id": "j", "wait_s": 1.0, "own_cost_s": d - 1}
+        for b, d in ((1, 12.0), (2, 95.0))
+    ]
+    page = tmp_path / "chart.html"
+    page.write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><style>{PAGE_CSS}</style></head>"
+        f"<body><section>{delay_chart('t', rows, 1, 2)}</section></body></html>"
+    )
+    driver = browser(1100, 700)
+    driver.get(page.as_uri())
+    labels = driver.execute_script(
+        "return Array.from(document.querySelectorAll('svg.delay-chart text.tick'))"
+        ".map(function (t) { var b = t.getBBox(); return [t.textContent, b.x]; });"
+    )
+    assert "1 min 40 s" in [text for text, _ in labels]
+    for text, left in labels:
+        assert left >= 0, f"{text!r} starts at x={left}, outside the chart"
 
 
 READ_CHARTS = """

@@ -139,3 +139,21 @@ def test_page_without_anything_registered(store: CountingStore) -> None:
     assert "No jobs registered yet" in page
     assert "No barrier issued yet." in page
     assert store.queries == []  # nothing to read in a window that does not exist
+
+
+def test_a_delay_charts_y_labels_fit_left_of_its_plot() -> None:
+    import re
+
+    from lockstep.service.status_svg import delay_chart
+
+    rows = [
+        {"barrier_id": b, "e2e_delay_s": d, "job_id": "j", "wait_s": 1.0, "own_cost_s": d - 1}
+        for b, d in ((1, 12.0), (2, 95.0))
+    ]
+    svg = delay_chart("t", rows, 1, 2)
+    labels = re.findall(
+        r'<text x="([\d.]+)" [^>]*text-anchor="end" class="tick[^"]*">([^<]+)<', svg
+    )
+    assert [label for _, label in labels] == ["0", "50.0 s", "1 min 40 s"]
+    for x, label in labels:  # right-aligned at x: 11 px type is under 0.65 em a character
+        assert float(x) >= len(label) * 0.65 * 11, label

@@ -34,6 +34,7 @@ from lockstep.barrier.model import (
     TableVersion,
 )
 from lockstep.errors import (
+    AuthenticationError,
     LockstepError,
     PermissionDeniedError,
     ServiceBusyError,
@@ -67,6 +68,7 @@ from lockstep.service.requests import (
     SqlIn,
 )
 from lockstep.service.status import collect_status, render_status_page
+from lockstep.service.status_auth import token_page, wants_token_page
 from lockstep.topology.model import JobSpec
 
 if TYPE_CHECKING:
@@ -84,7 +86,12 @@ def _add_error_handlers(app: FastAPI) -> None:
         return refusal(invalid_request(error.errors()))
 
     @app.exception_handler(LockstepError)
-    def _lockstep_error(_request: Request, error: LockstepError) -> JSONResponse:
+    def _lockstep_error(request: Request, error: LockstepError) -> Response:
+        if isinstance(error, AuthenticationError) and wants_token_page(
+            request.method, request.url.path, request.headers
+        ):  # a browser opening the status page: say how to pass a token
+            presented = "authorization" in request.headers or "token" in request.query_params
+            return token_page(request.url.path, presented=presented)
         return refusal(error)
 
     @app.exception_handler(HTTPException)

@@ -17,7 +17,10 @@ import networkx as nx
 
 NODE_W, NODE_H, GAP_X, GAP_Y, MARGIN = 184, 50, 64, 22, 16
 CHART_W, CHART_H = 360, 168
-PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM = 52, 14, 14, 28
+PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM = 52, 14, 14, 28  # PLOT_LEFT: at least
+# the widest a character of an axis label (11 px system-ui) may be, on average, and the gap
+# between a label and the plot: the plot starts where the widest y label fits ("1 min 40 s")
+TICK_CHAR_W, TICK_GAP = 7.0, 6
 
 
 def duration(seconds: float | None) -> str:
@@ -177,13 +180,16 @@ def nice_ceiling(value: float) -> float:
 def delay_chart(table: str, rows: Sequence[Mapping[str, Any]], first: int, last: int) -> str:
     """A line of ``table``'s e2e delay per WRITTEN barrier between ``first`` and ``last``
     (``rows``: its ``__META_DELAY`` rows, oldest first)."""
-    plot_w = CHART_W - PLOT_LEFT - PLOT_RIGHT
-    plot_h = CHART_H - PLOT_TOP - PLOT_BOTTOM
     y_max = nice_ceiling(max((r["e2e_delay_s"] for r in rows), default=0.0))
+    y_labels = {f: duration(y_max * f) if f else "0" for f in (0.0, 0.5, 1.0)}
+    widest = max(len(label) for label in y_labels.values())
+    left = max(PLOT_LEFT, math.ceil(widest * TICK_CHAR_W) + TICK_GAP + 2)
+    plot_w = CHART_W - left - PLOT_RIGHT
+    plot_h = CHART_H - PLOT_TOP - PLOT_BOTTOM
     span = max(last - first, 1)
 
     def x_of(barrier: int) -> float:
-        return PLOT_LEFT + (plot_w / 2 if last == first else (barrier - first) / span * plot_w)
+        return left + (plot_w / 2 if last == first else (barrier - first) / span * plot_w)
 
     def y_of(value: float) -> float:
         return PLOT_TOP + plot_h - value / y_max * plot_h
@@ -193,15 +199,15 @@ def delay_chart(table: str, rows: Sequence[Mapping[str, Any]], first: int, last:
         f'viewBox="0 0 {CHART_W} {CHART_H}" role="img" '
         f'aria-label="e2e delay of {escape(table)} per barrier" data-table="{escape(table)}" '
         f'data-y-max="{y_max!r}" data-plot-top="{PLOT_TOP}" data-plot-height="{plot_h}" '
-        f'data-plot-left="{PLOT_LEFT}" data-plot-width="{plot_w}" '
+        f'data-plot-left="{left}" data-plot-width="{plot_w}" '
         f'data-first-barrier="{first}" data-last-barrier="{last}">'
     ]
-    for fraction in (0.0, 0.5, 1.0):
+    for fraction, label in y_labels.items():
         y = y_of(y_max * fraction)
         parts.append(
-            f'<line x1="{PLOT_LEFT}" x2="{CHART_W - PLOT_RIGHT}" y1="{y:.2f}" y2="{y:.2f}" '
-            f'class="grid"/><text x="{PLOT_LEFT - 6}" y="{y + 4:.2f}" text-anchor="end" '
-            f'class="tick">{duration(y_max * fraction) if fraction else "0"}</text>'
+            f'<line x1="{left}" x2="{CHART_W - PLOT_RIGHT}" y1="{y:.2f}" y2="{y:.2f}" '
+            f'class="grid"/><text x="{left - TICK_GAP}" y="{y + 4:.2f}" text-anchor="end" '
+            f'class="tick y">{label}</text>'
         )
     ticks = sorted({first, last, (first + last) // 2})
     for barrier in ticks:
@@ -227,7 +233,7 @@ def delay_chart(table: str, rows: Sequence[Mapping[str, Any]], first: int, last:
         )
     if not points:
         parts.append(
-            f'<text x="{PLOT_LEFT + plot_w / 2}" y="{PLOT_TOP + plot_h / 2}" '
+            f'<text x="{left + plot_w / 2}" y="{PLOT_TOP + plot_h / 2}" '
             'text-anchor="middle" class="tick">no WRITTEN barrier in this window</text>'
         )
     parts.append("</svg>")
