@@ -119,6 +119,28 @@ def test_spark_gets_the_driver_jar_for_a_postgresql_jdbc_catalog(
         ).settings()
 
 
+def test_a_catalog_secret_is_needed_only_when_the_catalog_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lockstep.cli.main import main
+
+    monkeypatch.delenv("LAKE_PASSWORD", raising=False)
+    home = _home(tmp_path, JDBC_TOML)
+    assert main(["--home", str(home), "tables"]) == 0  # the store alone: no catalog
+    assert main(["--home", str(home), "job", "register", "load", "--sink", "orders"]) == 0
+    capsys.readouterr()
+    catalog = LockstepConfig.from_target(home).catalog
+    assert catalog is not None
+    said = r"catalog.jdbc.password refers to \$\{LAKE_PASSWORD\}, which is not set"
+    for use in (catalog.spark_settings, catalog.python_properties, catalog.as_dict):
+        with pytest.raises(ConfigurationError, match=said):
+            use()
+    monkeypatch.setenv("LAKE_PASSWORD", "p@ss")
+    catalog = LockstepConfig.from_target(home).catalog
+    assert catalog is not None
+    assert catalog.spark_settings()["spark.sql.catalog.lake.jdbc.password"] == "p@ss"
+
+
 @pytest.mark.parametrize(
     ("mapping", "message"),
     [
@@ -127,7 +149,6 @@ def test_spark_gets_the_driver_jar_for_a_postgresql_jdbc_catalog(
         ({"type": "jdbc", "warehouse": "file:///w"}, "catalog.uri is missing"),
         ({"type": "hadoop"}, "catalog.warehouse is missing"),
         ({"type": "rest", "uri": "http://h", "name": "my-lake"}, "catalog name 'my-lake'"),
-        ({"type": "rest", "uri": "http://h", "token": "${NOT_SET_ANYWHERE}"}, "catalog.token"),
         ({"type": "rest", "uri": "http://h", "header": {"X": ["a"]}}, "catalog.header.X"),
     ],
 )

@@ -75,6 +75,10 @@ class IcebergCatalog:
     properties: Mapping[str, str] = field(default_factory=dict)
     spark_overrides: Mapping[str, str] = field(default_factory=dict)
     python_overrides: Mapping[str, str] = field(default_factory=dict)
+    # ${VAR} references to variables that were not set: refused when the catalog is used
+    # (Spark, pyiceberg, a client), not when it is read, so a command that never touches
+    # the tables (lockstep tables) needs none of its secrets
+    unset: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -128,14 +132,19 @@ class IcebergCatalog:
         name = mapping.get("name", DEFAULT_CATALOG_NAME)
         if not isinstance(name, str):
             raise ConfigurationError(f"catalog.name must be a string, not {name!r}")
-        properties = _flatten({k: v for k, v in mapping.items() if k not in _RESERVED})
+        unset: list[str] = []
+        properties = _flatten({k: v for k, v in mapping.items() if k not in _RESERVED}, unset)
         overrides = {}
         for side in ("spark", "python"):
             table = mapping.get(side, {})
             if not isinstance(table, Mapping):
                 raise ConfigurationError(f"catalog.{side} must be a table of properties")
-            overrides[side] = _flatten(table, prefix=f"catalog.{side}.")
-        return cls(name, properties, overrides["spark"], overrides["python"])
+            overrides[side] = _flatten(table, unset, prefix=f"catalog.{side}.")
+        return cls(name, properties, overrides["spark"], overrides["python"], tuple(unset))
+
+    def _require_set(self) -> None:
+        if self.unset:
+            raise ConfigurationError(f"{self.unset[0]}: set it to use the catalog")
 
     # -- what it is ----------------------------------------------------------------------
 
@@ -161,6 +170,7 @@ class IcebergCatalog:
 
     def as_dict(self) -> dict[str, Any]:
         """The configuration as the ``[catalog]`` table it came from (for a client)."""
+        self._require_set()
         out: dict[str, Any] = {"name": self.name, **self.properties}
         if self.spark_overrides:
             out["spark"] = dict(self.spark_overrides)
@@ -172,6 +182,7 @@ class IcebergCatalog:
 
     def spark_settings(self) -> dict[str, str]:
         """``spark.sql.catalog.<name>.*`` settings that define this catalog in Spark."""
+        self._require_set()
         key = f"spark.sql.catalog.{self.name}"
         settings = {key: SPARK_CATALOG_CLASS}
         properties = {k: v for k, v in self.properties.items() if k not in _PYTHON_ONLY}
@@ -222,6 +233,7 @@ class IcebergCatalog:
 
     def python_properties(self) -> dict[str, str]:
         """The properties for pyiceberg's ``load_catalog`` (see the module's notes)."""
+        self._require_set()
         kind = self.type
         out = {k: v for k, v in self.properties.items() if k not in _JAVA_ONLY}
         if "catalog-impl" in out:
@@ -281,17 +293,20 @@ def local_path(uri: str) -> Path | None:
     return None
 
 
-def _flatten(mapping: Mapping[str, Any], prefix: str = "catalog.") -> dict[str, str]:
-    """``{"jdbc": {"user": "x"}}`` -> ``{"jdbc.user": "x"}``; values become strings."""
+def _flatten(
+    mapping: Mapping[str, Any], unset: list[str], prefix: str = "catalog."
+) -> dict[str, str]:
+    """``{"jdbc": {"user": "x"}}`` -> ``{"jdbc.user": "x"}``; values become strings, their
+    ``${VAR}`` references expanded (those to unset variables kept, and said in ``unset``)."""
     out: dict[str, str] = {}
     for key, value in mapping.items():
         if isinstance(value, Mapping):
-            for sub, text in _flatten(value, prefix=f"{prefix}{key}.").items():
+            for sub, text in _flatten(value, unset, prefix=f"{prefix}{key}.").items():
                 out[f"{key}.{sub}"] = text
         elif isinstance(value, bool):
             out[key] = "true" if value else "false"
         elif isinstance(value, (str, int, float)):
-            out[key] = _expand(str(value), f"{prefix}{key}")
+            out[key] = _expand(str(value), f"{prefix}{key}", unset)
         else:
             raise ConfigurationError(
                 f"{prefix}{key} must be a string, number or boolean, not {value!r}"
@@ -299,11 +314,12 @@ def _flatten(mapping: Mapping[str, Any], prefix: str = "catalog.") -> dict[str, 
     return out
 
 
-def _expand(value: str, key: str) -> str:
+def _expand(value: str, key: str, unset: list[str]) -> str:
     def lookup(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in os.environ:
-            raise ConfigurationError(f"{key} refers to ${{{name}}}, which is not set")
+            unset.append(f"{key} refers to ${{{name}}}, which is not set")
+            return match.group(0)
         return os.environ[name]
 
     return _ENV_REFERENCE.sub(lookup, value)
