@@ -13,9 +13,11 @@ A new backend is one entry in :data:`BACKENDS`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from lockstep.errors import ConfigurationError
 
@@ -87,6 +89,14 @@ def normalize_store_url(url: str) -> str:
             "postgresql:// store URL, or an http:// coordinator service"
         )
     url = f"{kind}{plus}{driver}://{rest}"
+    try:
+        _ = urlsplit(url).port  # a malformed host ('[::1') or port raises
+    except ValueError as e:
+        shown = re.sub(r"(://[^/:@\s]*):[^@/\s]*@", r"\1:***@", url)
+        raise ConfigurationError(
+            f"{shown!r} is not a valid URL ({e}): check the host (an IPv6 address goes in "
+            "brackets: http://[::1]:8765) and the port (1-65535)"
+        ) from None
     return url.rstrip("/") if kind in ("http", "https") else url
 
 

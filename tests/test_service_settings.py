@@ -81,3 +81,82 @@ def test_a_token_file_with_a_byte_order_mark_is_refused_by_name(tmp_path: Path) 
     tokens.chmod(0o600)
     with pytest.raises(ConfigurationError, match="byte order mark"):
         load_tokens(tokens)
+
+
+def test_a_port_out_of_range_is_refused_not_wrapped(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lockstep.cli.main import main
+
+    # the operating system would bind 94036 % 65536 = 28500 and the service announce 94036
+    with pytest.raises(SystemExit):
+        main(["serve", "--port", "94036"])
+    assert "argument --port: a TCP port is from 1 to 65535, not 94036" in capsys.readouterr().err
+    with pytest.raises(ConfigurationError, match=r"port: .*a TCP port is from 1 to 65535, not 0"):
+        ServiceSettings.load(port=0)
+    monkeypatch.setenv("LOCKSTEP_SERVICE_PORT", "94036")
+    with pytest.raises(ConfigurationError, match="a TCP port is from 1 to 65535, not 94036"):
+        ServiceSettings.load()
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--store", "http://[::1", "tables"], "'http://[::1' is not a valid URL"),
+        (["--store", "postgresql://etl:pw@[::1/x", "tables"], "'postgresql://etl:***@[::1/x'"),
+        (["--store", "http://localhost:99999", "tables"], "Port out of range"),
+        (["serve", "--store", "http://[::1"], "'http://[::1' is not a valid URL"),
+        (["serve", "--store", "postgresql://h:port/db"], "is not a valid URL"),
+    ],
+)
+def test_a_malformed_store_url_is_a_clear_error(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lockstep.cli.main import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert said in err
+    assert "Lockstep bug" not in err
+    assert ":pw@" not in err
+
+
+def test_serve_says_what_it_serves_where_to_whom_without_secrets(tmp_path: Path) -> None:
+    from lockstep.service.banner import banner
+    from lockstep.service.connections import ConnectionLimits
+
+    token_file = tmp_path / "tokens"
+    token_file.write_text(
+        "admin admin-token-000000001\nread read-token-0000000001\njob a,b job-token-00000001\n"
+    )
+    settings = ServiceSettings.load(
+        store="postgresql://etl:s3cret@db:5432/lockstep?sslpassword=x",
+        host="::1",
+        port=9000,
+        token_file=token_file,
+        barrier_interval_s=5,
+        iceberg={"warehouse": "file:///srv/warehouse"},
+        catalog={"type": "rest", "uri": "http://[::1]:9000/iceberg", "token": "tok-secret"},
+    )
+    said = banner(settings, load_tokens(token_file), ConnectionLimits(500, 10.0))
+    lines = said.splitlines()
+    assert lines[0] == "Lockstep coordinator on http://[::1]:9000"
+    rows = {line.split("  ", 2)[1].strip(): line.split("  ", 2)[2].strip() for line in lines[1:]}
+    assert rows["API"].startswith("http://[::1]:9000/v1/")
+    assert rows["status page"] == "http://[::1]:9000/?token=TOKEN"
+    assert rows["Iceberg REST"] == (
+        "http://[::1]:9000/iceberg (warehouse file:///srv/warehouse, publish per-table)"
+    )
+    assert rows["metrics"] == "http://[::1]:9000/metrics"
+    assert rows["auth"] == f"token file {token_file} (1 admin, 1 job, 1 read tokens)"
+    assert rows["store"] == "postgresql://etl:***@db:5432/lockstep?sslpassword=***"
+    assert rows["catalog"].startswith("rest catalog 'lockstep' at http://[::1]:9000/iceberg")
+    assert rows["barriers"] == "issued every 5 s (by one replica at a time)"
+    assert rows["connections"] == "at most 500 open; a request must arrive within 10 s"
+    assert rows["access log"].startswith("off")
+    for secret in ("s3cret", "tok-secret", "token-0", "sslpassword=x"):
+        assert secret not in said
+    local = banner(ServiceSettings.load(store="sqlite:///x.db"), None, ConnectionLimits(9, 1.0))
+    assert "auth         no token file: loopback callers only, each an admin" in local
+    assert "Iceberg REST" not in local

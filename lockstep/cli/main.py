@@ -243,6 +243,14 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _port(text: str) -> int:
+    """A TCP port (1-65535): the operating system would take a larger number modulo 65536."""
+    value = _int_at_least(1)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port is from 1 to 65535, not {value}")
+    return value
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -444,7 +452,7 @@ def _add_serve_command(sub: Any, cmds: _Commands) -> None:
     )
     serve.add_argument("--config", type=Path, metavar="FILE", help="TOML service settings")
     serve.add_argument("--host", metavar="HOST", help="listen address (default 127.0.0.1)")
-    serve.add_argument("--port", type=_int_at_least(1), metavar="PORT", help="default 8765")
+    serve.add_argument("--port", type=_port, metavar="PORT", help="default 8765")
     serve.add_argument(
         "--token-file", type=Path, metavar="FILE", help="lines of 'ROLE TOKEN' (admin or read)"
     )
@@ -459,6 +467,11 @@ def _add_serve_command(sub: Any, cmds: _Commands) -> None:
         type=_int_at_least(1),
         metavar="N",
         help="N processes serving the port, each a replica (PostgreSQL stores; default 1)",
+    )
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log a line per request to stderr (client, request, status, time)",
     )
 
 

@@ -251,6 +251,7 @@ def cmd_serve(args: argparse.Namespace) -> Output:
         "token_file": args.token_file,
         "barrier_interval_s": args.barrier_interval,
         "workers": args.workers,
+        "access_log": args.access_log,
     }
     settings = ServiceSettings.load(args.config, **{k: v for k, v in flags.items() if v})
     if settings.catalog is None and args.target and "://" not in args.target:
@@ -258,10 +259,5 @@ def cmd_serve(args: argparse.Namespace) -> Output:
         home = LockstepConfig.from_target(args.target)
         if home.catalog is not None:
             settings = settings.model_copy(update={"catalog": home.catalog.as_dict()})
-    print(
-        f"Lockstep coordinator on http://{settings.host}:{settings.port} over {settings.store}"
-        + ("" if settings.token_file else " (no token file: every request is accepted)"),
-        file=sys.stderr,
-    )
-    serve(settings)
+    serve(settings)  # says what it serves, where, to whom, before serving
     return Output({"stopped": True}, "coordinator stopped")

@@ -32,7 +32,15 @@ from typing import TYPE_CHECKING, Any
 
 from lockstep.barrier.issuer import BackgroundIssuer, BarrierIssuer, Interval
 from lockstep.errors import ConfigurationError
+from lockstep.service.access_log import access_logged
 from lockstep.service.auth import Grant, load_tokens
+from lockstep.service.banner import banner
+from lockstep.service.connections import (
+    BACKLOG,
+    ConnectionLimits,
+    GuardedHttp,
+    connection_cap,
+)
 from lockstep.service.settings import ServiceSettings
 from lockstep.stores import is_embedded, open_store
 
@@ -52,6 +60,8 @@ def serve(settings: ServiceSettings) -> None:
     import uvicorn
 
     tokens = _check(settings)
+    limits = _limits(settings)
+    print(banner(settings, tokens, limits), file=sys.stderr, flush=True)
     if settings.workers > 1:
         # each worker process builds its own app from the settings (worker_app)
         os.environ[WORKER_SETTINGS_ENV] = json.dumps(_dump(settings))
@@ -59,12 +69,10 @@ def serve(settings: ServiceSettings) -> None:
             f"{__name__}:worker_app",
             factory=True,
             workers=settings.workers,
-            host=settings.host,
-            port=settings.port,
-            log_level="warning",
-            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            **_uvicorn_options(settings),
         )
         return
+    GuardedHttp.configure(limits)
     app, store, ticker = _build(settings, tokens)
     if ticker is not None:
         ticker.start()
@@ -75,23 +83,36 @@ def serve(settings: ServiceSettings) -> None:
     try:
         # requests still running after this at shutdown are cut (long polls wait up to 50
         # s): their clients retry, on another replica if there is one
-        uvicorn.run(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level="warning",
-            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-        )
+        served = access_logged(app) if settings.access_log else app
+        uvicorn.run(served, **_uvicorn_options(settings))
     finally:
         if ticker is not None:
             ticker.stop()
         store.close()
 
 
-def worker_app() -> FastAPI:
+def _uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
+    return {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": "warning",
+        "timeout_graceful_shutdown": SHUTDOWN_GRACE_S,
+        # each connection: uvicorn's own protocol inside a read deadline and the cap
+        "http": f"{GuardedHttp.__module__}:{GuardedHttp.__qualname__}",
+        "backlog": BACKLOG,
+    }
+
+
+def _limits(settings: ServiceSettings) -> ConnectionLimits:
+    """The connection limits of one process: the settings', the cap kept below ``ulimit -n``."""
+    return ConnectionLimits(connection_cap(settings.max_connections), settings.read_timeout_s)
+
+
+def worker_app() -> Any:
     """One worker process's app (``workers`` > 1): the settings come from the parent."""
     settings = ServiceSettings(**json.loads(os.environ[WORKER_SETTINGS_ENV]))
     tokens = load_tokens(settings.token_file) if settings.token_file else None
+    GuardedHttp.configure(_limits(settings))
     app, store, ticker = _build(settings, tokens)
 
     def start() -> None:
@@ -105,7 +126,7 @@ def worker_app() -> FastAPI:
 
     app.router.on_startup.append(start)
     app.router.on_shutdown.append(stop)
-    return app
+    return access_logged(app) if settings.access_log else app
 
 
 def _check(settings: ServiceSettings) -> dict[str, Grant] | None:
@@ -217,6 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--token-file", type=Path, help="lines of 'ROLE TOKEN' (admin|read)")
     parser.add_argument("--barrier-interval", type=float, help="issue a barrier every N s")
     parser.add_argument("--workers", type=int, help="processes serving (PostgreSQL only)")
+    parser.add_argument("--access-log", action="store_true", help="a line per request")
     args = parser.parse_args(argv)
     overrides = {
         k: v
@@ -227,6 +249,7 @@ def main(argv: list[str] | None = None) -> None:
             "token_file": args.token_file,
             "barrier_interval_s": args.barrier_interval,
             "workers": args.workers,
+            "access_log": args.access_log or None,
         }.items()
         if v is not None
     }

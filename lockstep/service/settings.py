@@ -26,7 +26,7 @@ class ServiceSettings(BaseSettings):
 
     store: str = "sqlite:///.lockstep/lockstep.db"
     host: str = "127.0.0.1"
-    port: int = 8765
+    port: int = 8765  # 1-65535
     token_file: Path | None = None
     # without a token file: host names besides loopback ones that requests may name (Host)
     allowed_hosts: list[str] = Field(default_factory=list)
@@ -39,6 +39,14 @@ class ServiceSettings(BaseSettings):
     workers: int = Field(default=1, gt=0)  # processes serving one port (PostgreSQL only)
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     max_leases_per_caller: int = Field(default=1_000, gt=0)
+    # connections open at once per process (None: as many as `ulimit -n` allows, less the
+    # descriptors kept for the rest; never more): past it, the oldest one still sending its
+    # request is closed (connections.py)
+    max_connections: int | None = Field(default=None, gt=0)
+    # seconds a caller has to send a request's headers, and at most between two reads of
+    # its body; then its connection is closed
+    read_timeout_s: float = Field(default=10.0, gt=0)
+    access_log: bool = False  # a line per request on stderr (lockstep.access)
     # a scrape-only bearer token for GET /metrics (beside the token file's read and admin
     # tokens), so a Prometheus server holds no token that reads the catalog or the data
     metrics_token: SecretStr | None = None
@@ -57,6 +65,24 @@ class ServiceSettings(BaseSettings):
                 IcebergCatalog.from_mapping(value)
             except ConfigurationError as e:
                 raise ValueError(str(e)) from e
+        return value
+
+    @field_validator("port")
+    @classmethod
+    def _port_is_a_port(cls, value: int) -> int:
+        if not 1 <= value <= 65535:
+            raise ValueError(f"a TCP port is from 1 to 65535, not {value}")
+        return value
+
+    @field_validator("store")
+    @classmethod
+    def _store_is_a_url(cls, value: str) -> str:
+        from lockstep.stores import normalize_store_url
+
+        try:
+            normalize_store_url(value)
+        except ConfigurationError as e:
+            raise ValueError(str(e)) from e
         return value
 
     @field_validator("metrics_token")
