@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lockstep.cli.arguments import int_at_least, port, positive_float
 from lockstep.cli.delay import cmd_delay
 from lockstep.cli.format import (
-    MAX_ID,
     Output,
     arrow_rows,
     dump_json,
@@ -228,39 +228,6 @@ __all__ = ["build_parser", "load_job", "main"]
 # -- parser -------------------------------------------------------------------------------
 
 
-def _int_at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        if value > MAX_ID:
-            raise argparse.ArgumentTypeError(f"must be at most {MAX_ID}, got {value}")
-        return value
-
-    return parse
-
-
-def _port(text: str) -> int:
-    """A TCP port (1-65535): the operating system would take a larger number modulo 65536."""
-    value = _int_at_least(1)(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"a TCP port is from 1 to 65535, not {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
-    return value
-
-
 def _common_options(*, top_level: bool, client: bool = True) -> argparse.ArgumentParser:
     """--home/--store/--json (and, for a ``client`` of a service, --token/--token-file),
     accepted before or after the subcommand.
@@ -354,13 +321,13 @@ def _add_barrier_commands(sub: Any, cmds: _Commands) -> None:
     issue = cmds.add(barriers, "issue", cmd_barrier_issue)
     issue.add_argument(
         "--every",
-        type=_positive_float,
+        type=positive_float,
         metavar="SECONDS",
         help="keep issuing one barrier every SECONDS until Ctrl-C/SIGTERM (or --count)",
     )
-    issue.add_argument("--count", type=_int_at_least(1), metavar="N", help="stop after N")
+    issue.add_argument("--count", type=int_at_least(1), metavar="N", help="stop after N")
     listing = cmds.add(barriers, "list", cmd_barrier_list)
-    listing.add_argument("--limit", type=_int_at_least(1), default=DEFAULT_LIST_LIMIT)
+    listing.add_argument("--limit", type=int_at_least(1), default=DEFAULT_LIST_LIMIT)
 
 
 def _add_read_commands(sub: Any, cmds: _Commands) -> None:
@@ -371,7 +338,7 @@ def _add_read_commands(sub: Any, cmds: _Commands) -> None:
     sql.add_argument("query", metavar="QUERY")
     sql.add_argument(
         "--max-rows",
-        type=_int_at_least(0),
+        type=int_at_least(0),
         default=DEFAULT_SQL_MAX_ROWS,
         help=f"refuse more rows (default {DEFAULT_SQL_MAX_ROWS}; 0: no cap)",
     )
@@ -384,12 +351,12 @@ def _add_read_commands(sub: Any, cmds: _Commands) -> None:
     delay.add_argument("--table", dest="table_option", metavar="TABLE", help=argparse.SUPPRESS)
     delay.add_argument(
         "--barriers",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=DEFAULT_DELAY_BARRIERS,
         metavar="K",
         help=f"over each table's last K WRITTEN barriers (default {DEFAULT_DELAY_BARRIERS})",
     )
-    delay.add_argument("--limit", dest="barriers", type=_int_at_least(1), help=argparse.SUPPRESS)
+    delay.add_argument("--limit", dest="barriers", type=int_at_least(1), help=argparse.SUPPRESS)
     cmds.add(sub, "tables", cmd_tables)
 
 
@@ -405,7 +372,7 @@ def _add_run_commands(sub: Any, cmds: _Commands) -> None:
     )
     demo.add_argument(
         "--barriers",
-        type=_int_at_least(spark_demo.MIN_BARRIERS),
+        type=int_at_least(spark_demo.MIN_BARRIERS),
         default=spark_demo.DEFAULT_BARRIERS,
         help=f"how many barriers to run (default {spark_demo.DEFAULT_BARRIERS})",
     )
@@ -418,7 +385,7 @@ def _add_run_commands(sub: Any, cmds: _Commands) -> None:
     )
     walkthrough = cmds.add_plain(sub, "walkthrough", cmd_walkthrough)
     walkthrough.add_argument(
-        "--barriers", type=_int_at_least(MIN_BARRIERS), default=DEFAULT_WALKTHROUGH_BARRIERS
+        "--barriers", type=int_at_least(MIN_BARRIERS), default=DEFAULT_WALKTHROUGH_BARRIERS
     )
     run = cmds.add_plain(sub, "run", cmd_run)
     run.add_argument(
@@ -428,7 +395,7 @@ def _add_run_commands(sub: Any, cmds: _Commands) -> None:
         help="e.g. lockstep.examples.shopping:sum_price; several share one Spark driver "
         "(upstream first); MODULE:* is the module's JOBS",
     )
-    run.add_argument("--barriers", type=_int_at_least(1), metavar="N", help="stop after N each")
+    run.add_argument("--barriers", type=int_at_least(1), metavar="N", help="stop after N each")
     run.add_argument(
         "--until-idle", action="store_true", help="stop when no barrier is available to the job"
     )
@@ -452,19 +419,19 @@ def _add_serve_command(sub: Any, cmds: _Commands) -> None:
     )
     serve.add_argument("--config", type=Path, metavar="FILE", help="TOML service settings")
     serve.add_argument("--host", metavar="HOST", help="listen address (default 127.0.0.1)")
-    serve.add_argument("--port", type=_port, metavar="PORT", help="default 8765")
+    serve.add_argument("--port", type=port, metavar="PORT", help="default 8765")
     serve.add_argument(
         "--token-file", type=Path, metavar="FILE", help="lines of 'ROLE TOKEN' (admin or read)"
     )
     serve.add_argument(
         "--barrier-interval",
-        type=_positive_float,
+        type=positive_float,
         metavar="SECONDS",
         help="issue a barrier every SECONDS (in one replica at a time)",
     )
     serve.add_argument(
         "--workers",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         metavar="N",
         help="N processes serving the port, each a replica (PostgreSQL stores; default 1)",
     )
