@@ -75,6 +75,7 @@ class GuardedHttp(asyncio.Protocol):
 
     limits: ClassVar[ConnectionLimits] = ConnectionLimits(UNLIMITED, 10.0)
     _open: ClassVar[dict[GuardedHttp, None]] = {}  # oldest first
+    _sending: ClassVar[dict[GuardedHttp, None]] = {}  # those sending a request, oldest first
 
     @classmethod
     def configure(cls, limits: ConnectionLimits) -> None:
@@ -86,7 +87,7 @@ class GuardedHttp(asyncio.Protocol):
         self.inner: asyncio.Protocol = AutoHTTPProtocol(**kwargs)
         self.loop = kwargs.get("_loop") or asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self.sending = True  # a request is on its way in (not yet whole)
+        self.sending = False  # a request is on its way in (not yet whole): in _sending
         self.body_left: int | None = None  # body bytes still to come; None: in the headers
         self.chunked = False
         self.seen = b""  # the headers so far (or a chunked body's last bytes)
@@ -103,7 +104,7 @@ class GuardedHttp(asyncio.Protocol):
             return
         self._open[self] = None
         self.inner.connection_made(self.transport)
-        self._arm()
+        self._next_request()
 
     def data_received(self, data: bytes) -> None:
         if self not in self._open:
@@ -116,6 +117,7 @@ class GuardedHttp(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._sending.pop(self, None)
         if self._open.pop(self, False) is not False:
             self.inner.connection_lost(exc)
 
@@ -132,8 +134,7 @@ class GuardedHttp(asyncio.Protocol):
         starts with the next byte). Pipelined requests in one read are followed in turn."""
         while data:
             if not self.sending:  # the first byte of the next request
-                self.sending, self.body_left, self.seen = True, None, b""
-                self._arm()
+                self._next_request()
             if self.body_left is None:
                 data = self._headers(data)
             elif self.chunked:
@@ -172,8 +173,14 @@ class GuardedHttp(asyncio.Protocol):
             self._arm()
         return rest
 
+    def _next_request(self) -> None:
+        self.sending, self.body_left, self.seen = True, None, b""
+        self._sending[self] = None
+        self._arm()
+
     def _whole(self) -> None:
         self.sending = False
+        self._sending.pop(self, None)
         self._disarm()
 
     # -- the deadline and the cap ---------------------------------------------------------
@@ -201,7 +208,7 @@ class GuardedHttp(asyncio.Protocol):
         is closed; False if every open connection has a request in progress."""
         if len(self._open) < self.limits.max_connections:
             return True
-        oldest = next((c for c in self._open if c.sending), None)
+        oldest = next(iter(self._sending), None)
         if oldest is None:
             return False
         if oldest.transport is not None:
