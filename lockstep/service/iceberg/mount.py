@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
@@ -92,6 +92,8 @@ def create_iceberg_app(
     """The catalog's routes, answering every error in the Iceberg error model: under
     ``/v1``, and again under ``/v1/{prefix}`` for the pinned views (``pinned``)."""
     from lockstep.service.iceberg.routes import build_router, oauth_router, pinned_view
+    from lockstep.service.iceberg.run_routes import add_run_routes
+    from lockstep.service.iceberg.run_view import RunViews
 
     app = FastAPI(
         title="Lockstep Iceberg REST catalog", openapi_url=None, docs_url=None, redoc_url=None
@@ -132,10 +134,15 @@ def create_iceberg_app(
         message = f"internal error ({type(error).__name__}); the service's log has the details"
         return JSONResponse(error_body(message, "ServerErrorException", 500), status_code=500)
 
-    router = build_router(catalog, views)
+    runs = RunViews(catalog, views.files)  # lockstep exec's runs (run_view.py)
+    router = build_router(catalog, views, runs)
     app.include_router(router, prefix="/v1")
     app.include_router(oauth_router(), prefix="/v1")
-    app.include_router(router, prefix="/v1/{prefix}", dependencies=[Depends(pinned_view(views))])
+    run_router = APIRouter()
+    add_run_routes(run_router, catalog)
+    app.include_router(run_router, prefix="/v1")
+    prefixed = [Depends(pinned_view(views, runs))]
+    app.include_router(router, prefix="/v1/{prefix}", dependencies=prefixed)
     return app
 
 

@@ -56,6 +56,14 @@ from lockstep.service.iceberg.names import (
 from lockstep.service.iceberg.ownership import Principal
 from lockstep.service.iceberg.paging import page
 from lockstep.service.iceberg.pinned import PinnedViews, ReadOnlyViewError
+from lockstep.service.iceberg.run_routes import RUN_POSTS, run_principal, secret_of
+from lockstep.service.iceberg.run_view import (
+    Run,
+    RunRouteError,
+    RunViews,
+    is_run,
+    warehouse_prefix,
+)
 from lockstep.service.iceberg.spec_routes import (
     add_oauth_route,
     add_spec_routes,
@@ -109,8 +117,24 @@ def _identified(identifier: TableIdentifier) -> TableName:
 
 
 def _principal(caller: Caller, request: Request) -> Principal:
-    """The caller and what its request's headers claim (refused if it may not claim it)."""
+    """The caller and what its request's headers claim (refused if it may not claim it);
+    under a run view, the run's job instance."""
+    run = _run(request)
+    if run is not None:
+        return run_principal(run, caller, request.headers)
     return Principal(caller, Committer.from_headers(request.headers))
+
+
+def _run(request: Request) -> Run | None:
+    """The run view the request is under (None: none)."""
+    return getattr(request.state, "run", None)
+
+
+def _check_run_creates(runs: RunViews, request: Request, table: TableName) -> None:
+    """Under a run view, only the job's sinks may be created."""
+    run = _run(request)
+    if run is not None:
+        runs.check_writable(run, table, "creating")
 
 
 def _loaded(table: LoadedTable) -> Response:
@@ -118,17 +142,23 @@ def _loaded(table: LoadedTable) -> Response:
     return _json(TableResponse.model_validate(response))
 
 
-def build_router(catalog: ServedCatalog, views: PinnedViews) -> APIRouter:
+def build_router(catalog: ServedCatalog, views: PinnedViews, runs: RunViews) -> APIRouter:
     """Every route of the catalog, over ``catalog`` (paths after ``/v1`` or
     ``/v1/{prefix}``)."""
     router = APIRouter()
 
     @router.get("/config")
-    def get_config(caller: Reader, warehouse: str | None = None) -> dict[str, Any]:
+    def get_config(
+        caller: Reader, request: Request, warehouse: str | None = None
+    ) -> dict[str, Any]:
         # one warehouse per service: a client's ``warehouse`` property changes nothing,
         # except one that asks for a view of every Lockstep table at a barrier (pinned.py)
+        # or a job's run (run_view.py)
         overrides = {}
-        prefix = views.open(warehouse, caller)
+        run_prefix = warehouse_prefix(warehouse)
+        if run_prefix is not None:
+            runs.run(run_prefix, caller, secret_of(request))  # it must be the caller's
+        prefix = run_prefix if run_prefix is not None else views.open(warehouse, caller)
         if prefix is not None:
             overrides["prefix"] = prefix
         # the job runtime reads the default to know that this catalog fences and stamps
@@ -139,10 +169,10 @@ def build_router(catalog: ServedCatalog, views: PinnedViews) -> APIRouter:
 
     served_views = ServedViews(catalog.engine, catalog.files, catalog.clock)
     _add_namespaces(router, catalog, served_views)
-    _add_tables(router, catalog, views)
+    _add_tables(router, catalog, views, runs)
     add_view_routes(router, served_views)  # view_routes.py
     add_spec_routes(router, catalog)  # metrics, sign (spec_routes.py)
-    _add_commits(router, catalog)
+    _add_commits(router, catalog, runs)
     return router
 
 
@@ -150,16 +180,23 @@ def build_router(catalog: ServedCatalog, views: PinnedViews) -> APIRouter:
 READ_ONLY_POSTS = frozenset({"report_metrics"})
 
 
-def pinned_view(views: PinnedViews) -> Callable[[Request, Caller], None]:
+def pinned_view(views: PinnedViews, runs: RunViews) -> Callable[[Request, Caller], None]:
     """The dependency of every route under ``/v1/{prefix}``: the view must be live and the
     caller's (a pinned view's lease is renewed), and it is read-only (a scan's metrics
-    report aside: the rule names the route, not a path, which a table may spell)."""
+    report aside: the rule names the route, not a path, which a table may spell); a run
+    view also takes its sinks' creation and commits (``run_view``)."""
 
     def check(request: Request, caller: Reader) -> None:
         prefix = request.path_params["prefix"]
-        request.state.view = views.view(prefix, caller)
         route = request.scope.get("route")
-        safe = request.method in ("GET", "HEAD") or getattr(route, "name", None) in READ_ONLY_POSTS
+        name = getattr(route, "name", None)
+        if is_run(prefix):
+            request.state.run = runs.run(prefix, caller, secret_of(request))
+            if request.method not in ("GET", "HEAD") and name not in RUN_POSTS:
+                raise RunRouteError(prefix)
+            return
+        request.state.view = views.view(prefix, caller)
+        safe = request.method in ("GET", "HEAD") or name in READ_ONLY_POSTS
         if not safe:
             raise ReadOnlyViewError(prefix)
 
@@ -226,7 +263,9 @@ def _add_namespaces(router: APIRouter, catalog: ServedCatalog, served_views: Ser
         )
 
 
-def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -> None:
+def _add_tables(
+    router: APIRouter, catalog: ServedCatalog, views: PinnedViews, runs: RunViews
+) -> None:
     @router.get("/namespaces/{namespace}/tables")
     def list_tables(
         namespace: str,
@@ -256,6 +295,7 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
             properties=parsed.properties,
         )
         principal = _principal(caller, request)
+        _check_run_creates(runs, request, new.table)
         created = catalog.create_table(new, principal, stage_only=parsed.stage_create)
         if parsed.stage_create:  # DuckDB's writer needs the folders (staging.py)
             prepare_folders(catalog.files, created.metadata)
@@ -282,7 +322,10 @@ def _add_tables(router: APIRouter, catalog: ServedCatalog, views: PinnedViews) -
         # every snapshot is returned whatever ``snapshots`` asks (``refs`` is an option)
         name = existing_table(namespace, table)
         loaded = catalog.load_table(name)
-        if "prefix" in request.path_params:  # a view: main at the view's barrier
+        run = _run(request)
+        if run is not None:  # a run: its sinks' staging, its sources at its barrier
+            loaded = runs.load(name, loaded, run)
+        elif "prefix" in request.path_params:  # a view: main at the view's barrier
             loaded = views.load(name, loaded, request.state.view)
         elif views.atomic:
             principal = _principal(caller, request)
@@ -328,7 +371,7 @@ def _add_table_changes(router: APIRouter, catalog: ServedCatalog) -> None:
         return _no_content()
 
 
-def _add_commits(router: APIRouter, catalog: ServedCatalog) -> None:
+def _add_commits(router: APIRouter, catalog: ServedCatalog, runs: RunViews) -> None:
     @router.post("/namespaces/{namespace}/tables/{table}")
     def commit_table(
         namespace: str, table: str, body: JsonBody, request: Request, caller: TableWriter
@@ -341,8 +384,14 @@ def _add_commits(router: APIRouter, catalog: ServedCatalog) -> None:
                 f"{commit.identifier.name} is not the table of the path, {target}"
             )
         change = TableChange(target, commit.requirements, commit.updates)
+        run = _run(request)
+        if run is not None:  # main is the staging branch (run_view.py)
+            change = runs.renamed(run, change)
         (staged,) = catalog.commit([change], _principal(caller, request))
-        response = {"metadata-location": staged.location, "metadata": staged.metadata}
+        shown = LoadedTable(staged.metadata, staged.location)
+        if run is not None:
+            shown = runs.staged_view(staged.metadata, staged.location, run)
+        response = {"metadata-location": shown.metadata_location, "metadata": shown.metadata}
         return _json(CommitTableResponse.model_validate(response))
 
     @router.post("/transactions/commit")
@@ -354,5 +403,8 @@ def _add_commits(router: APIRouter, catalog: ServedCatalog) -> None:
             TableChange(_identified(c.identifier), c.requirements, c.updates)
             for c in transaction.table_changes
         ]
+        run = _run(request)
+        if run is not None:
+            changes = [runs.renamed(run, change) for change in changes]
         catalog.commit(changes, _principal(caller, request))
         return _no_content()

@@ -21,7 +21,7 @@ import posixpath
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from pyiceberg.io import FileIO
@@ -51,17 +51,23 @@ class ViewFiles:
         self.io = io
         self.ttl_s = ttl_s
         self.clock = clock
-        self._written: dict[tuple[str, int | None], _Written] = {}
+        self._written: dict[Hashable, _Written] = {}
         self._lock = threading.Lock()
         self._swept = clock()
 
     def file_of(
-        self, base_location: str, pinned: TableMetadata, snapshot_id: int | None
+        self,
+        base_location: str,
+        pinned: TableMetadata,
+        snapshot_id: int | None,
+        *,
+        key: Hashable = None,
     ) -> tuple[TableMetadata, str]:
         """The metadata and location to answer with for ``pinned`` (the table at
         ``base_location`` with main at ``snapshot_id``): the file written for that
-        (table, snapshot) if there is one, else ``pinned`` written now."""
-        key = (str(pinned.table_uuid), snapshot_id)
+        (table, snapshot), or for ``key`` if given (a run view's), if there is one, else
+        ``pinned`` written now."""
+        key = key if key is not None else (str(pinned.table_uuid), snapshot_id)
         now = self.clock()
         self._sweep(now)
         with self._lock:
