@@ -88,6 +88,13 @@ class StoreContract(BatchContract, CallsContract, InstanceContract, ResolveContr
         )
         assert dump(store) == before
 
+    def test_a_second_writer_under_another_spelling_is_refused(self, store: MetadataStore) -> None:
+        """``t3`` and ``default.t3`` name one Iceberg table (#38 finding 3)."""
+        store.register_job(JobSpec("a", sinks=("t3",)))
+        with pytest.raises(ConcurrentWriterError):
+            store.register_job(JobSpec("b", sinks=("default.t3",)))
+        store.register_job(JobSpec("c", sinks=("shop.t3",)))  # another namespace: another table
+
     def test_cycle_is_refused_naming_the_cycle(self, store: MetadataStore) -> None:
         store.register_job(JobSpec("a", sources=("t2",), sinks=("t1",)))
         before = dump(store)

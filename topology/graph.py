@@ -19,6 +19,7 @@ from lockstep.errors import (
     UnknownTableError,
 )
 from lockstep.topology.model import JobSpec, TableType
+from lockstep.topology.names import spellings
 
 if TYPE_CHECKING:  # networkx loads with the first Topology, not with the store (CLI start-up)
     import networkx as nx
@@ -64,10 +65,11 @@ class Topology:
     # -- construction ----------------------------------------------------------------------
 
     def _add(self, spec: JobSpec) -> None:
-        for table in spec.sinks:
-            writer = self._writer.get(table)
-            if writer is not None and writer != spec.job_id:
-                raise ConcurrentWriterError(table, writer, spec.job_id)
+        for sink in spec.sinks:
+            for table in spellings(sink):  # orders and default.orders are one table
+                writer = self._writer.get(table)
+                if writer is not None and writer != spec.job_id:
+                    raise ConcurrentWriterError(table, writer, spec.job_id)
         self._jobs[spec.job_id] = spec
         self._graph.add_node(_job(spec.job_id))
         for table in spec.sinks:

@@ -15,6 +15,22 @@ _TABLE_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _JOB_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 MAX_NAME_LENGTH = 200
 RESERVED_PREFIX = "__META_"  # the meta views' names: a table of that name would shadow one
+DEFAULT_NAMESPACE = "default"  # where a one-part table name lives in its catalog
+
+
+def spellings(table: str) -> tuple[str, ...]:
+    """The names of the one Iceberg table ``table`` names: a one-part name lives in the
+    default namespace, so ``orders`` and ``default.orders`` are one table (one writer).
+
+    >>> spellings("orders"), spellings("default.orders"), spellings("shop.orders")
+    (('orders', 'default.orders'), ('default.orders', 'orders'), ('shop.orders',))
+    """
+    if "." not in table:
+        return (table, f"{DEFAULT_NAMESPACE}.{table}")
+    namespace, _, name = table.partition(".")
+    if namespace == DEFAULT_NAMESPACE and "." not in name:
+        return (table, name)
+    return (table,)
 
 
 def validate_table_name(name: str) -> str:

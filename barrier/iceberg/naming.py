@@ -8,7 +8,7 @@ name is its own namespace path (``shop.orders``, and ``default.orders`` too). So
 
 from __future__ import annotations
 
-DEFAULT_NAMESPACE = "default"
+from lockstep.topology.names import DEFAULT_NAMESPACE
 
 
 def iceberg_parts(table: str, default_namespace: str = DEFAULT_NAMESPACE) -> tuple[str, ...]:

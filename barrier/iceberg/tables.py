@@ -34,8 +34,9 @@ from lockstep.barrier.iceberg.catalog import (
     TOKEN_HEADER,
     IcebergCatalog,
 )
-from lockstep.barrier.iceberg.naming import DEFAULT_NAMESPACE, iceberg_parts
+from lockstep.barrier.iceberg.naming import iceberg_parts
 from lockstep.errors import CatalogError, LockstepError
+from lockstep.topology.names import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
     import pyarrow as pa

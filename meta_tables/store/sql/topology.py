@@ -31,6 +31,7 @@ from lockstep.meta_tables.store.sql.schema import (
     TableRow,
 )
 from lockstep.topology.model import JobSpec, TableType
+from lockstep.topology.names import spellings
 
 _PG_TOPOLOGY_LOCK = 0x4C53544F  # advisory lock key: one topology change at a time
 
@@ -92,12 +93,14 @@ def _register(s: Session, spec: JobSpec, now: datetime) -> JobSpec:
 
 
 def _check_writers(s: Session, spec: JobSpec) -> None:
-    """One writer per table: none of the job's sinks may have another writer."""
+    """One writer per table: none of the job's sinks may have another writer (under any of
+    its spellings: ``orders`` and ``default.orders`` are one table)."""
     if not spec.sinks:
         return
+    names = sorted({name for sink in spec.sinks for name in spellings(sink)})
     taken = s.execute(
         select(JobSinkRow.table_name, JobSinkRow.job_id)
-        .where(JobSinkRow.table_name.in_(spec.sinks))
+        .where(JobSinkRow.table_name.in_(names), JobSinkRow.job_id != spec.job_id)
         .order_by(JobSinkRow.table_name)
     ).first()
     if taken is not None:
