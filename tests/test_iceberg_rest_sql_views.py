@@ -165,3 +165,15 @@ def test_config_advertises_the_view_endpoints(iceberg_service: CatalogService) -
         "POST /v1/{prefix}/namespaces/{namespace}/views/{view}",
         "POST /v1/{prefix}/views/rename",
     } <= set(config["endpoints"])
+
+
+def test_a_table_may_not_take_a_views_name(iceberg_service: CatalogService, catalog: Any) -> None:
+    from pyiceberg.exceptions import TableAlreadyExistsError
+
+    catalog.create_view("default.v", SCHEMA, _version("SELECT k FROM default.t"))
+    with pytest.raises(TableAlreadyExistsError):
+        catalog.create_table("default.v", SCHEMA)
+    with pytest.raises(TableAlreadyExistsError):
+        catalog.rename_table("default.t", "default.v")
+    assert catalog.load_view("default.v").metadata.versions  # the view is as it was
+    assert catalog.table_exists("default.t")

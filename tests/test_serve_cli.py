@@ -20,7 +20,7 @@ def test_serve_from_the_command_line(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'svc.db'}"
     process, url = serve_process(tmp_path, store, TOKEN, "--barrier-interval", "0.2")
     try:
-        wait_healthy(url, process, timeout_s=10)
+        wait_healthy(url, process, timeout_s=60)  # start-up: 1-15 s on a busy machine
         ls = lockstep.connect(url, token=TOKEN)
         first = ls.barriers(limit=1)
         deadline = time.monotonic() + 10

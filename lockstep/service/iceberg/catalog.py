@@ -173,7 +173,9 @@ class ServedCatalog:
         table = new.table
         with storage.reading(self.engine) as session:
             namespace = storage.namespace_properties(session, table.namespace)
-            exists = storage.pointer(session, table) is not None
+            exists = storage.pointer(session, table) is not None or storage.view_named(
+                session, table
+            )
             ownership.authorize(session, principal, table, "create")
         if namespace is None:
             raise NoSuchNamespaceError(table.namespace)
@@ -254,7 +256,9 @@ class ServedCatalog:
             ownership.authorize(session, principal, destination, "rename")
             if storage.namespace_properties(session, destination.namespace) is None:
                 raise NoSuchNamespaceError(destination.namespace)
-            if storage.pointer(session, destination) is not None:
+            if storage.pointer(session, destination) is not None or storage.view_named(
+                session, destination
+            ):
                 raise IcebergTableExistsError(destination.namespace, destination.name)
             storage.rename_pointer(session, source, destination)
 

@@ -20,7 +20,11 @@ from sqlalchemy.orm import Session
 
 from lockstep.errors import StoreError
 from lockstep.meta_tables.store.sql.engine import WRITE_OPTION, no_free_connection
-from lockstep.meta_tables.store.sql.schema import IcebergNamespaceRow, IcebergTableRow
+from lockstep.meta_tables.store.sql.schema import (
+    IcebergNamespaceRow,
+    IcebergTableRow,
+    IcebergViewRow,
+)
 from lockstep.service.iceberg.errors import IcebergTableExistsError, NamespaceExistsError
 from lockstep.service.iceberg.names import (
     Namespace,
@@ -149,8 +153,9 @@ def pointer(session: Session, table: TableName) -> str | None:
 
 def insert_pointer(session: Session, table: TableName, location: str, now: datetime) -> None:
     """Add a table whose namespace exists (IcebergTableExistsError if it exists, also when a
-    concurrent transaction added it first: the transaction is then to be abandoned)."""
-    if pointer(session, table) is not None:
+    concurrent transaction added it first: the transaction is then to be abandoned). A
+    view of that name counts: tables and views share names."""
+    if pointer(session, table) is not None or view_named(session, table):
         raise IcebergTableExistsError(table.namespace, table.name)
     session.add(
         IcebergTableRow(
@@ -197,6 +202,17 @@ def delete_pointer(session: Session, table: TableName) -> str | None:
             )
         )
     return location
+
+
+def view_named(session: Session, name: TableName) -> bool:
+    """Whether a view has the name ``name`` (tables and views share names)."""
+    found = session.scalar(
+        select(IcebergViewRow.name).where(
+            IcebergViewRow.namespace == stored_namespace(name.namespace),
+            IcebergViewRow.name == name.name,
+        )
+    )
+    return found is not None
 
 
 def rename_pointer(session: Session, source: TableName, destination: TableName) -> None:
