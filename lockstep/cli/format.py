@@ -36,6 +36,7 @@ class Output:
     data: Any
     text: str
     error: Exception | None = None
+    status: int = 0  # the exit status otherwise (exec passes its program's on)
 
 
 def _as_utc(value: datetime) -> datetime:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockstep.cli.arguments import int_at_least, port, positive_float
 from lockstep.cli.delay import cmd_delay
+from lockstep.cli.exec_cmd import add_exec_command
 from lockstep.cli.format import (
     Output,
     arrow_rows,
@@ -457,6 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_commands(sub, cmds)
     _add_serve_command(sub, _Commands(_common_options(top_level=False, client=False)))
     add_ops_commands(sub, cmds)
+    add_exec_command(sub, cmds.common)
     return parser
 
 
@@ -480,7 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if output.error is not None:  # a result, and a failure to say (jobs of `lockstep run`)
         print(f"error: {describe(output.error)}", file=sys.stderr)
         return 2
-    return 0
+    return output.status
 
 
 if __name__ == "__main__":

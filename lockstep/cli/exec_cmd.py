@@ -1,0 +1,238 @@
+"""``lockstep exec JOB [--loop] [--timeout S] -- COMMAND ...``: an unmodified program as a
+job's barriers.
+
+Per barrier: wait for the job's next barrier (saying so every few seconds), open its run
+(``exec_job``), run COMMAND with the run's catalog in its environment (``exec_env``) while
+the instance heartbeats, and publish only if COMMAND exited 0. A nonzero exit, a signal or
+a crash publishes nothing: the next ``exec`` runs the same barrier again. Ctrl-C or SIGTERM
+is passed to COMMAND (its own process group); the loop stops after it. The exit status is
+COMMAND's (128+N for a signal N), or 2 for exec's own errors (fenced, no barrier in time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from lockstep.barrier.model import Barrier
+from lockstep.barrier.runtime.heartbeat import HEARTBEAT_S, Heartbeat
+from lockstep.barrier.session import BarrierWaitTimeout
+from lockstep.cli.arguments import int_at_least, positive_float
+from lockstep.cli.exec_env import program_environment
+from lockstep.cli.exec_job import OpenRun, ProgramJob
+from lockstep.cli.format import Output
+from lockstep.cli.target import client_token, connect_args
+from lockstep.errors import InvalidRequestError
+
+WAIT_REPORT_S = 10.0  # how often a wait for a barrier says it is still waiting
+DEFAULT_CATALOG_NAME = "lockstep"
+
+
+@dataclass
+class _Child:
+    """The program now running (if any), and the signals exec was sent meanwhile."""
+
+    process: subprocess.Popen[bytes] | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+def _say(message: str) -> None:
+    print(f"lockstep exec: {message}", file=sys.stderr, flush=True)
+
+
+def cmd_exec(args: argparse.Namespace) -> Output:
+    """Run an unmodified program as one barrier of a job (or one per barrier, with --loop)."""
+    _job_id, command = parse_words(args)
+    barriers = 1 if not (args.loop or args.barriers) else args.barriers
+    child = _Child()
+    conf_dir = Path(tempfile.mkdtemp(prefix="lockstep-exec-"))
+    try:
+        with connect_args(args) as ls, _forwarding_signals(child):
+            job = ProgramJob(
+                ls,
+                args.job_id,
+                target=args.target or os.environ.get("LOCKSTEP_HOME", ""),
+                token=client_token(args),
+                catalog_name=args.catalog_name,
+                progress=_say,
+            )
+            try:
+                job.start()
+                return _loop(job, command, barriers, args, child, conf_dir)
+            finally:
+                job.close()
+    finally:
+        shutil.rmtree(conf_dir, ignore_errors=True)
+
+
+def _loop(
+    job: ProgramJob,
+    command: list[str],
+    barriers: int | None,
+    args: argparse.Namespace,
+    child: _Child,
+    conf_dir: Path,
+) -> Output:
+    written: list[int] = []
+    status = 0
+    while barriers is None or len(written) < barriers:
+        barrier = _wait(job, args.timeout, child.stop)
+        if barrier is None:
+            break  # stopped while waiting
+        run = job.open(barrier)
+        _say(f"{job.job_id}: barrier {barrier.barrier_id}: running {' '.join(command)}")
+        env = program_environment(run, conf_dir, os.environ)
+        status = _run_program(job, run, command, env, child, args.heartbeat)
+        if status != 0:
+            _say(
+                f"{job.job_id}: the program exited {status}: barrier {barrier.barrier_id} is "
+                "not published (the next `lockstep exec` runs it again)"
+            )
+            break
+        job.finish(barrier.barrier_id)
+        written.append(barrier.barrier_id)
+        _say(f"{job.job_id}: barrier {barrier.barrier_id} written")
+        if child.stop.is_set():
+            break
+    data = {"job_id": job.job_id, "written": written, "exit_status": status}
+    text = f"{job.job_id}: {len(written)} barrier(s) written ({_ids(written)})"
+    return Output(data, text, status=status)
+
+
+def _wait(job: ProgramJob, timeout_s: float | None, stop: threading.Event) -> Barrier | None:
+    """The job's next barrier, saying every :data:`WAIT_REPORT_S` that it is waiting."""
+    started = time.monotonic()
+    while True:
+        waited = time.monotonic() - started
+        chunk = WAIT_REPORT_S if timeout_s is None else min(WAIT_REPORT_S, timeout_s - waited)
+        barrier = job.session.wait_for_next(timeout_s=max(chunk, 0.0), stop=stop)
+        if barrier is not None or stop.is_set():
+            return barrier
+        waited = time.monotonic() - started
+        if timeout_s is not None and waited >= timeout_s:
+            raise BarrierWaitTimeout(
+                f"job {job.job_id!r}: no barrier available after {timeout_s:g} s; is the "
+                "coordinator issuing barriers (`lockstep barrier issue --every S`), and have "
+                "the job's sources written them?"
+            )
+        _say(f"{job.job_id}: waiting for a barrier ({waited:.0f} s)")
+
+
+def _run_program(
+    job: ProgramJob,
+    run: OpenRun,
+    command: list[str],
+    env: dict[str, str],
+    child: _Child,
+    heartbeat_s: float,
+) -> int:
+    """Run ``command`` to its end, heartbeating; its exit status (128+N: signal N)."""
+    try:
+        process = subprocess.Popen(command, env=env, start_new_session=True)
+    except OSError as e:
+        raise InvalidRequestError(f"cannot run {command[0]!r}: {e.strerror}") from e
+    child.process = process
+    try:
+        with Heartbeat(job.session, heartbeat_s):
+            code = process.wait()
+    finally:
+        child.process = None
+    return 128 - code if code < 0 else code
+
+
+@contextmanager
+def _forwarding_signals(child: _Child) -> Iterator[None]:
+    """Ctrl-C and SIGTERM stop the loop and go on to the running program."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        child.stop.set()
+        process = child.process
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signum)
+        _say(f"{signal.Signals(signum).name}: stopping after this barrier")
+
+    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(str(i) for i in ids) or "none"
+
+
+def add_exec_command(sub: Any, common: argparse.ArgumentParser) -> None:
+    """The ``exec`` subcommand (its help from :func:`cmd_exec`)."""
+    summary = (cmd_exec.__doc__ or "").strip().splitlines()[0]
+    parser = sub.add_parser(
+        "exec",
+        help=summary[:1].lower() + summary[1:].rstrip("."),
+        description=summary,
+        parents=[common, _options()],
+        epilog="The program finds the run's catalog in its environment: SPARK_CONF_DIR, "
+        "PYICEBERG_CATALOG__LOCKSTEP__*, LOCKSTEP_* (docs/exec.md).",
+    )
+    # argparse cannot take "JOB [options] -- COMMAND" as positionals (JOB takes an empty
+    # COMMAND at once): the words from JOB on are split and parsed again (parse_words)
+    parser.add_argument("words", nargs=argparse.REMAINDER, metavar="JOB [options] -- COMMAND")
+    parser.set_defaults(handler=cmd_exec, common=common)
+
+
+def _options() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--loop", action="store_true", help="run once per barrier until stopped")
+    options.add_argument(
+        "--barriers",
+        type=int_at_least(1),
+        metavar="N",
+        help="stop after N barriers (implies --loop)",
+    )
+    options.add_argument(
+        "--timeout",
+        type=positive_float,
+        metavar="S",
+        help="give up waiting for a barrier after S seconds",
+    )
+    options.add_argument(
+        "--catalog-name",
+        default=DEFAULT_CATALOG_NAME,
+        metavar="NAME",
+        help=f"the catalog's name in Spark and pyiceberg (default {DEFAULT_CATALOG_NAME})",
+    )
+    options.add_argument(
+        "--heartbeat", type=positive_float, default=HEARTBEAT_S, help=argparse.SUPPRESS
+    )
+    return options
+
+
+def parse_words(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """JOB and COMMAND from ``args.words`` (options between them go into ``args``)."""
+    words = list(args.words)
+    cut = words.index("--") if "--" in words else len(words)
+    again = argparse.ArgumentParser(prog="lockstep exec", parents=[args.common, _options()])
+    again.add_argument("job_id", metavar="JOB")
+    again.parse_args(words[:cut], namespace=args)
+    command = words[cut + 1 :]
+    if not command:
+        raise InvalidRequestError(
+            "give the program to run after --: lockstep exec JOB -- spark-sql -f model.sql"
+        )
+    return args.job_id, command

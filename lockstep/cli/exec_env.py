@@ -1,0 +1,209 @@
+"""What ``lockstep exec`` hands a program: the run's catalog, through the environment alone.
+
+Three ways in, so that nothing in the program changes:
+
+- Spark: a generated ``SPARK_CONF_DIR`` whose ``spark-defaults.conf`` is the user's own
+  (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``) with the catalog added: its class,
+  ``type rest``, ``uri``, this run's ``token`` and ``warehouse`` (which selects the run
+  view), the Iceberg runtime jar and SQL extensions appended to the user's lists, and the
+  catalog as ``spark.sql.defaultCatalog`` unless the user names another. ``spark-submit``,
+  ``spark-sql`` and a plain ``python app.py`` that builds a SparkSession all read that file
+  (DESIGN §11). The user's other files there (log4j2.properties, spark-env.sh) are linked.
+- pyiceberg: ``PYICEBERG_CATALOG__<NAME>__TYPE``/``URI``/``TOKEN``/``WAREHOUSE``, so
+  ``load_catalog("<name>")`` just works (pyiceberg lower-cases the name and reads ``__``
+  as ``.`` and ``_`` as ``-`` in what follows it: none of these four needs either).
+- Everything else: ``LOCKSTEP_*`` variables (:data:`VARIABLES`), among them the barrier's
+  time window, which a root program reads its outside source by, so a rerun of the
+  barrier reads the same rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lockstep.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from lockstep.cli.exec_job import OpenRun
+
+EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
+DEFAULTS_FILE = "spark-defaults.conf"
+# what each plain variable holds (the README and docs/exec.md list them from here)
+VARIABLES = {
+    "LOCKSTEP_JOB": "the job's id",
+    "LOCKSTEP_BARRIER": "the barrier this run computes",
+    "LOCKSTEP_BARRIER_TS": "its issue time, ISO 8601 UTC (a root reads its source up to it)",
+    "LOCKSTEP_BARRIER_TS_MS": "the same, in milliseconds since the epoch",
+    "LOCKSTEP_PREVIOUS_BARRIER": "the job's last WRITTEN barrier before it (empty: none)",
+    "LOCKSTEP_PREVIOUS_BARRIER_TS": "its issue time (a root reads its source after it)",
+    "LOCKSTEP_PREVIOUS_BARRIER_TS_MS": "the same, in milliseconds",
+    "LOCKSTEP_PREVIOUS_TAG": "lockstep_b<previous>: each source's version then, by name",
+    "LOCKSTEP_SOURCES": "the job's sources, comma separated (namespace.table)",
+    "LOCKSTEP_SINKS": "the job's sinks, likewise",
+    "LOCKSTEP_CATALOG_NAME": "the catalog's name in Spark and pyiceberg",
+    "LOCKSTEP_CATALOG_URI": "the Iceberg REST catalog's URI",
+    "LOCKSTEP_CATALOG_TOKEN": "the bearer token to call it with",
+    "LOCKSTEP_CATALOG_WAREHOUSE": "the warehouse that selects this run's view",
+    "LOCKSTEP_CATALOG_PREFIX": "the view's prefix (/v1/<prefix>/...), for raw REST calls",
+}
+_LINE = re.compile(r"^\s*([^\s=#]+)\s*[\s=]\s*(.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class RunCatalog:
+    """One run's catalog as a program reaches it."""
+
+    name: str
+    uri: str
+    token: str | None
+    warehouse: str
+    prefix: str
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """One run's barrier, its window and its tables."""
+
+    job_id: str
+    barrier_id: int
+    barrier_ts: datetime
+    previous_id: int | None
+    previous_ts: datetime | None
+    sources: tuple[str, ...]
+    sinks: tuple[str, ...]
+
+
+def plain_variables(facts: RunFacts, catalog: RunCatalog) -> dict[str, str]:
+    """The ``LOCKSTEP_*`` variables of :data:`VARIABLES`."""
+    previous, before = facts.previous_id, facts.previous_ts
+    found = {
+        "LOCKSTEP_JOB": facts.job_id,
+        "LOCKSTEP_BARRIER": str(facts.barrier_id),
+        "LOCKSTEP_BARRIER_TS": facts.barrier_ts.isoformat(),
+        "LOCKSTEP_BARRIER_TS_MS": str(_millis(facts.barrier_ts)),
+        "LOCKSTEP_PREVIOUS_BARRIER": "" if previous is None else str(previous),
+        "LOCKSTEP_PREVIOUS_BARRIER_TS": "" if before is None else before.isoformat(),
+        "LOCKSTEP_PREVIOUS_BARRIER_TS_MS": "" if before is None else str(_millis(before)),
+        "LOCKSTEP_PREVIOUS_TAG": "" if previous is None else f"lockstep_b{previous}",
+        "LOCKSTEP_SOURCES": ",".join(facts.sources),
+        "LOCKSTEP_SINKS": ",".join(facts.sinks),
+        "LOCKSTEP_CATALOG_NAME": catalog.name,
+        "LOCKSTEP_CATALOG_URI": catalog.uri,
+        "LOCKSTEP_CATALOG_TOKEN": catalog.token or "",
+        "LOCKSTEP_CATALOG_WAREHOUSE": catalog.warehouse,
+        "LOCKSTEP_CATALOG_PREFIX": catalog.prefix,
+    }
+    assert set(found) == set(VARIABLES)
+    return found
+
+
+def pyiceberg_variables(catalog: RunCatalog) -> dict[str, str]:
+    """``PYICEBERG_CATALOG__<NAME>__*`` for ``load_catalog(name)``."""
+    head = f"PYICEBERG_CATALOG__{catalog.name.upper()}__"
+    found = {
+        head + "TYPE": "rest",
+        head + "URI": catalog.uri,
+        head + "WAREHOUSE": catalog.warehouse,
+    }
+    if catalog.token:
+        found[head + "TOKEN"] = catalog.token
+    return found
+
+
+def spark_defaults(catalog: RunCatalog, user: Mapping[str, str], jar: str | None) -> dict[str, str]:
+    """``user``'s spark-defaults with the run's catalog added (the run's keys win)."""
+    key = f"spark.sql.catalog.{catalog.name}"
+    merged = {k: v for k, v in user.items() if k != key and not k.startswith(key + ".")}
+    merged["spark.sql.extensions"] = _appended(user.get("spark.sql.extensions"), EXTENSIONS)
+    if jar is not None:
+        merged["spark.jars"] = _appended(user.get("spark.jars"), jar)
+    merged.setdefault("spark.sql.defaultCatalog", catalog.name)
+    merged[key] = CATALOG_CLASS
+    merged[f"{key}.type"] = "rest"
+    merged[f"{key}.uri"] = catalog.uri
+    merged[f"{key}.warehouse"] = catalog.warehouse
+    merged[f"{key}.cache-enabled"] = "false"  # each load sees the run's newest staging
+    if catalog.token:
+        merged[f"{key}.token"] = catalog.token
+    return merged
+
+
+def user_conf_dir(environ: Mapping[str, str]) -> Path | None:
+    """The Spark configuration folder the user would have had: ``$SPARK_CONF_DIR``, else
+    ``$SPARK_HOME/conf`` (None: neither exists)."""
+    if environ.get("SPARK_CONF_DIR"):
+        return Path(environ["SPARK_CONF_DIR"])
+    if environ.get("SPARK_HOME"):
+        found = Path(environ["SPARK_HOME"]) / "conf"
+        return found if found.is_dir() else None
+    return None
+
+
+def read_defaults(path: Path) -> dict[str, str]:
+    """A ``spark-defaults.conf``'s settings (``key value`` or ``key=value`` lines)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigurationError(f"cannot read your Spark defaults {path}: {e}") from e
+    found = {}
+    for line in text.splitlines():
+        matched = _LINE.match(line)
+        if matched and not line.lstrip().startswith("#"):
+            found[matched.group(1)] = matched.group(2)
+    return found
+
+
+def write_conf_dir(folder: Path, settings: Mapping[str, str], user_dir: Path | None) -> None:
+    """``folder`` as a Spark configuration folder: ``settings`` as its defaults (readable
+    by the owner alone: they hold the token), the user's other files linked."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if user_dir is not None and user_dir.is_dir() and user_dir.resolve() != folder.resolve():
+        for entry in user_dir.iterdir():
+            link = folder / entry.name
+            if entry.name != DEFAULTS_FILE and not link.exists():
+                link.symlink_to(entry.resolve())
+    defaults = folder / DEFAULTS_FILE
+    text = "".join(f"{k} {v}\n" for k, v in sorted(settings.items()))
+    defaults.touch(mode=0o600)
+    defaults.write_text(text, encoding="utf-8")
+
+
+def program_environment(run: OpenRun, conf_dir: Path, base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` (exec's own environment) with the run's catalog handed to the program in
+    every way above; ``conf_dir`` becomes its ``SPARK_CONF_DIR``."""
+    user_dir = user_conf_dir(base)
+    user = read_defaults(user_dir / DEFAULTS_FILE) if user_dir is not None else {}
+    write_conf_dir(conf_dir, spark_defaults(run.catalog, user, iceberg_jar()), user_dir)
+    env = dict(base)
+    env["SPARK_CONF_DIR"] = str(conf_dir)
+    env.update(pyiceberg_variables(run.catalog))
+    env.update(plain_variables(run.facts, run.catalog))
+    return env
+
+
+def iceberg_jar() -> str | None:
+    """The Iceberg Spark runtime jar Lockstep's own Spark uses (None: not installed; the
+    user's ``spark.jars.packages`` or cluster must bring it)."""
+    from lockstep.barrier.runtime.spark_session import find_iceberg_runtime_jar
+
+    try:
+        return str(find_iceberg_runtime_jar())
+    except ConfigurationError:
+        return None
+
+
+def _appended(existing: str | None, value: str) -> str:
+    items = [x for x in (existing or "").split(",") if x.strip()]
+    return ",".join(items if value in items else [*items, value])
+
+
+def _millis(ts: datetime) -> int:
+    return int(ts.timestamp() * 1000)
