@@ -1,0 +1,136 @@
+"""``lockstep exec`` with Spark programs (#41): the shopping pipeline as unmodified programs,
+the root a pyiceberg script, ``sum_amount`` a SQL file run by ``spark-sql -f`` and
+``sum_price`` the same kind of file run by a plain PySpark app under ``spark-submit``. Each
+run is a JVM of its own (seconds each here), so CI runs two barriers;
+``make exec-pipeline`` runs eight (bench/exec_pipeline.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from service_fixtures import ADMIN_TOKEN, READ_TOKEN, SHOPPING_JOB_TOKENS
+
+if TYPE_CHECKING:
+    from iceberg_rest_fixtures import CatalogService
+
+pytest.importorskip("pyiceberg")
+pytest.importorskip("pyspark")
+pytest_plugins = ["iceberg_rest_fixtures"]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "exec_shopping"
+BIN = Path(sys.executable).parent
+BARRIERS = 2
+AGGREGATES = {"user_item_amount": "amount", "user_item_price": "price"}
+
+
+def user_spark_conf(folder: Path) -> Path:
+    """A user's own Spark configuration, as small and quick as a laptop's should be."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "spark-defaults.conf").write_text(
+        "spark.master local[2]\n"
+        "spark.ui.enabled false\n"
+        "spark.ui.showConsoleProgress false\n"
+        "spark.sql.shuffle.partitions 2\n"
+        "spark.sql.catalogImplementation in-memory\n"
+        f"spark.driver.extraJavaOptions -Dderby.system.home={folder} "
+        "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC\n"
+    )
+    return folder
+
+
+def exec_job(
+    service: CatalogService, job: str, command: list[str], cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``lockstep exec JOB --barriers N -- COMMAND`` with the job's own token."""
+    words = [str(BIN / "lockstep"), "--store", service.url, "--token", SHOPPING_JOB_TOKENS[job]]
+    return subprocess.run(
+        [*words, "exec", job, "--barriers", str(BARRIERS), "--timeout", "300", "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def test_the_shopping_pipeline_as_unmodified_programs_through_exec(
+    iceberg_service: CatalogService, tmp_path: Path
+) -> None:
+    import lockstep
+    from lockstep.cli.jobs_file import load_jobs_file
+    from lockstep.demo import Dashboard
+    from lockstep.examples.shopping import expected_sums
+    from lockstep.readers.levels import ConsistencyLevel
+
+    admin = lockstep.connect(iceberg_service.url, token=ADMIN_TOKEN)
+    specs = [s for s in load_jobs_file(EXAMPLES / "jobs.json") if s.job_id != "user_spend"]
+    admin.register_jobs(specs)
+    for _ in range(BARRIERS):
+        admin.issue_barrier()
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-sql finds pyspark
+        "SPARK_CONF_DIR": str(user_spark_conf(tmp_path / "conf")),
+    }
+    root = exec_job(
+        iceberg_service,
+        "load_shopping",
+        [sys.executable, str(EXAMPLES / "load_shopping.py")],
+        tmp_path,
+        env,
+    )
+    assert root.returncode == 0, root.stderr[-3000:]
+
+    served = {"type": "rest", "uri": iceberg_service.uri, "token": READ_TOKEN}
+    dashboard = Dashboard(lockstep.connect(iceberg_service.url, token=READ_TOKEN, catalog=served))
+    stop = threading.Event()
+    reader = threading.Thread(target=_read_until, args=(dashboard, stop), daemon=True)
+    reader.start()
+    sql = exec_job(
+        iceberg_service,
+        "sum_amount",
+        ["spark-sql", "-f", str(EXAMPLES / "sum_amount.sql")],
+        tmp_path,
+        env,
+    )
+    app = [str(EXAMPLES / "run_sql.py"), str(EXAMPLES / "sum_price.sql")]
+    submitted = exec_job(iceberg_service, "sum_price", ["spark-submit", *app], tmp_path, env)
+    stop.set()
+    reader.join(timeout=120)
+    assert sql.returncode == 0, sql.stderr[-3000:]
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog("check", **served)
+    for barrier in range(1, BARRIERS + 1):
+        truth = expected_sums(barrier)
+        for name, column in AGGREGATES.items():
+            table = catalog.load_table(f"default.{name}")
+            snapshot = table.snapshot_by_name(f"lockstep_b{barrier}")
+            assert snapshot is not None, (name, barrier)
+            rows = table.scan(snapshot_id=snapshot.snapshot_id).to_arrow().to_pylist()
+            got = {(r["user_id"], r["item_id"]): r[column] for r in rows}
+            index = 0 if column == "amount" else 1
+            assert got == {k: v[index] for k, v in truth.items()}, (name, barrier)
+    for level in (ConsistencyLevel.READ_COMMITTED, ConsistencyLevel.REPEATABLE_READ):
+        dashboard.read_once(level)  # the final barrier, at least
+        stats = dashboard.stats[level.value]
+        assert stats.reads > 0
+        assert stats.inconsistent == 0, stats.as_dict()
+
+
+def _read_until(dashboard: Any, stop: threading.Event) -> None:
+    from lockstep.readers.levels import ConsistencyLevel
+
+    while not stop.is_set():
+        for level in (ConsistencyLevel.READ_COMMITTED, ConsistencyLevel.REPEATABLE_READ):
+            dashboard.read_once(level)
+        stop.wait(0.5)
