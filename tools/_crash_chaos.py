@@ -28,7 +28,7 @@ def done_counts(run: CrashRun) -> dict[str, int]:
         "job_kill": r.job_kills,
         "coordinator_kill": r.coordinator_kills,
         "job_pause": r.job_pauses,
-        "leader_pause": r.leader_pauses,
+        "leader_pause": r.leader_takeovers,  # a pause counts once another led and issued
         "pg_restart": r.pg_restarts,
     }
 

@@ -7,9 +7,9 @@
   late calls must be refused (it ends with ``FencedError``) and nothing it still commits
   may reach a table's published history (the final check of every table).
 - :class:`LeaderPause` (service): the replica whose issuer leads is stopped with its
-  issuer. Another replica's issuer must take the leadership over (and, by the end of the
-  run, have issued); the paused one, resumed, must follow. Requests that reached the
-  paused replica are answered late.
+  issuer. Another replica's issuer must take the leadership over and then issue (unless
+  it loses the leadership first, to a kill); the paused one, resumed, must follow.
+  Requests that reached the paused replica are answered late.
 - :class:`PgRestart` (service): PostgreSQL, the service's store and the JDBC catalog, is
   restarted (a clean ``fast`` shutdown or an ``immediate`` one, as a crash) in the middle
   of a barrier: some tables have written the newest barrier and some not.
@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
+
+from _crash_procs import START_MARK
 
 if TYPE_CHECKING:
     from _crash_procs import Managed
@@ -143,15 +145,23 @@ class LeaderPause:
             )
             return False
         self.followed = self.followed or "following" in self._lines(self.paused[1])
-        if self.followed:
-            run.takeovers.append(self)  # whether the new leader issued: see issued()
-        return self.followed
+        outcome = self._outcome()
+        if not (self.followed and outcome):
+            return False
+        run.result.leader_takeovers += outcome == "issued"
+        run.log(f"{self.new_leader.name}, leading since the pause, {outcome}")
+        return True
 
-    def issued(self) -> bool:
-        """Whether the replica that took over issued a barrier while it led (asked at the
-        end of the run: nothing may have been due before)."""
+    def _outcome(self) -> str | None:
+        """What the replica that took over did next: "issued" a barrier, or "lost" the
+        leadership first (killed, or another took over); None: neither yet."""
         assert self.new_leader is not None
-        return any(line.startswith("issued barrier") for line in self._after_lead(self.new_leader))
+        for line in self._after_lead(self.new_leader)[1:]:
+            if line.startswith("issued barrier"):
+                return "issued"
+            if line == "following" or line.startswith(START_MARK):
+                return "lost"
+        return None
 
     def _lines(self, issuer: Managed) -> list[str]:
         """The issuer's output since the pause (over its restarts too)."""
@@ -170,7 +180,9 @@ class LeaderPause:
         name = self.paused[0].name
         if self.new_leader is None:
             return f"no replica took the leadership over while {name} was paused"
-        return f"{name}'s issuer, resumed, never gave the leadership up"
+        if not self.followed:
+            return f"{name}'s issuer, resumed, never gave the leadership up"
+        return f"{self.new_leader.name} took the leadership over and never issued"
 
     def stop(self) -> None:
         for process in self.paused:
