@@ -89,8 +89,11 @@ def normalize_store_url(url: str) -> str:
             "postgresql:// store URL, or an http:// coordinator service"
         )
     url = f"{kind}{plus}{driver}://{rest}"
+    # a service's replicas are one target, its URLs comma-separated: each is checked
+    parts = url.split(",") if kind in ("http", "https") else [url]
     try:
-        _ = urlsplit(url).port  # a malformed host ('[::1') or port raises
+        for part in parts:
+            _ = urlsplit(part).port  # a malformed host ('[::1') or port raises
     except ValueError as e:
         shown = re.sub(r"(://[^/:@\s]*):[^@/\s]*@", r"\1:***@", url)
         raise ConfigurationError(

@@ -107,6 +107,7 @@ def test_a_port_out_of_range_is_refused_not_wrapped(
         (["--store", "http://localhost:99999", "tables"], "Port out of range"),
         (["serve", "--store", "http://[::1"], "'http://[::1' is not a valid URL"),
         (["serve", "--store", "postgresql://h:port/db"], "is not a valid URL"),
+        (["--store", "http://127.0.0.1:1,http://[::1", "tables"], "is not a valid URL"),
     ],
 )
 def test_a_malformed_store_url_is_a_clear_error(
@@ -160,3 +161,13 @@ def test_serve_says_what_it_serves_where_to_whom_without_secrets(tmp_path: Path)
     local = banner(ServiceSettings.load(store="sqlite:///x.db"), None, ConnectionLimits(9, 1.0))
     assert "auth         no token file: loopback callers only, each an admin" in local
     assert "Iceberg REST" not in local
+
+
+def test_a_service_target_of_several_replicas_is_one_url_list() -> None:
+    """``http://a:1,http://b:2`` names two replicas of one service (the crash harness's
+    clients and the README's ``lockstep.connect`` use it): each URL is checked, none
+    refused for the comma."""
+    from lockstep.stores import normalize_store_url
+
+    target = "http://127.0.0.1:8765,http://127.0.0.1:8766/"
+    assert normalize_store_url(target) == "http://127.0.0.1:8765,http://127.0.0.1:8766"

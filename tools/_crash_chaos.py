@@ -20,6 +20,11 @@ if TYPE_CHECKING:
     from _crash_run import CrashRun
 
 FAULT_KINDS = ("job_kill", "coordinator_kill", "job_pause", "leader_pause", "pg_restart")
+# A job process of the embedded coordinator is a coordinator too: paused inside a store
+# write, it holds SQLite's lock, and every other process's writes wait for it (attaching a
+# replacement included) until it thaws. Nothing can end a frozen SQLite writer's lock, so
+# job processes are paused in service runs only (their calls are HTTP: they hold nothing).
+SERVICE_ONLY = ("job_pause", "leader_pause", "pg_restart")
 
 
 def done_counts(run: CrashRun) -> dict[str, int]:
@@ -39,7 +44,7 @@ def missing_kinds(run: CrashRun) -> list[str]:
     minimums = {
         "job_kill": plan.min_job_kills,
         "coordinator_kill": plan.min_coordinator_kills,
-        "job_pause": plan.min_job_pauses,
+        "job_pause": plan.min_job_pauses if run.replicas else 0,
         "leader_pause": plan.min_leader_pauses if run.replicas else 0,
         "pg_restart": plan.min_pg_restarts if run.pg else 0,
     }
@@ -52,8 +57,8 @@ def disturb(run: CrashRun, chaos_over: bool) -> bool:
     if run.faults:
         return False  # one at a time: a kill during a pause could leave nothing to take over
     kinds = [k for k in FAULT_KINDS if run.plan.weights.get(k, 0) > 0]
-    if not run.replicas:
-        kinds = [k for k in kinds if k not in ("leader_pause", "pg_restart")]
+    if not run.replicas:  # the service's faults; and see SERVICE_ONLY on job pauses
+        kinds = [k for k in kinds if k not in SERVICE_ONLY]
     missing = [k for k in missing_kinds(run) if k in kinds]
     if chaos_over and missing:
         kinds = missing
