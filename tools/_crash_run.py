@@ -2,7 +2,8 @@
 
 A run starts the coordinator (embedded: the barrier issuer process over the shared SQLite
 store; service: two ``lockstep serve`` replicas over a PostgreSQL store of the run's own,
-each with a barrier issuer beside it, every job and reader using their URLs), two job
+each with a barrier issuer beside it, every job and reader using their URLs, each child
+with the least token it needs: :mod:`_crash_tokens`), two job
 processes hosting three jobs each, and a reader process. For ``chaos_s`` seconds (longer
 if the minimum faults or a read_uncommitted inconsistency have not been seen yet, within
 ``extra_s``) it disturbs a random process at random moments: SIGKILLs a job process or a
@@ -36,6 +37,7 @@ from _crash_pg import PgCluster, service_store
 from _crash_procs import Managed
 from _crash_reader import READS_FILE
 from _crash_reader import STOP_FILE as STOP_READERS
+from _crash_tokens import RunTokens
 from _crash_truth import LevelReport, Read, TableReport, check_reads, check_tables, is_consistent
 
 import lockstep
@@ -154,6 +156,7 @@ class CrashRun:
         self.result.catalog = str(catalog.get("type", "custom"))
         self.catalog = catalog
         self.replicas: list[Managed] = []
+        self.tokens: RunTokens | None = None  # a service run's (start())
         self.issuers: list[Managed] = []  # embedded: one; service: one beside each replica
         self.jobs: list[Managed] = []
         self.reader: Managed | None = None
@@ -219,8 +222,15 @@ class CrashRun:
 
     # -- processes -----------------------------------------------------------------------------
 
-    def _managed(self, name: str, argv: list[str]) -> Managed:
-        return Managed(name, argv, cwd=self.workdir, log=self.workdir / f"{name}.log")
+    def _managed(
+        self, name: str, argv: list[str], token: str | None = None, *, admin: bool = False
+    ) -> Managed:
+        """A child; in a service run with its token: its job process's, the reader's or
+        (``admin``) the issuers' (_crash_tokens.py)."""
+        env: dict[str, str] = {}
+        if self.tokens is not None:
+            env = RunTokens.env(self.tokens.admin if admin else token or self.tokens.read)
+        return Managed(name, argv, cwd=self.workdir, log=self.workdir / f"{name}.log", env=env)
 
     def _script(self, name: str, *args: str) -> list[str]:
         return [sys.executable, str(TOOLS / name), *args]
@@ -241,19 +251,10 @@ class CrashRun:
         raise RuntimeError(f"{replica.name} never became healthy")
 
     def _issuer(self, name: str, target: str) -> Managed:
-        lag, interval = str(self.plan.issue_lag), str(self.plan.issue_min_interval_s)
-        return self._managed(
-            name,
-            self._script(
-                "_crash_issuer.py",
-                target,
-                str(self.workdir),
-                "--lag",
-                lag,
-                "--min-interval",
-                interval,
-            ),
-        )
+        pace = ["--lag", str(self.plan.issue_lag)]
+        pace += ["--min-interval", str(self.plan.issue_min_interval_s)]
+        argv = self._script("_crash_issuer.py", target, str(self.workdir), *pace)
+        return self._managed(name, argv, admin=True)
 
     def start(self) -> str:
         """Register the jobs, start every process; returns the target the clients use."""
@@ -262,7 +263,10 @@ class CrashRun:
         target = str(self.home)
         if self.plan.coordinator == "service":
             config = self.workdir / "service.toml"
+            self.tokens = RunTokens.new(JOB_PROCESSES)
+            token_file = self.tokens.write(self.workdir / "tokens", JOB_PROCESSES)
             store = f"store = {json.dumps(self.store_url)}\n"
+            store += f"token_file = {json.dumps(str(token_file))}\n"
             config.write_text(store + settings_text({"catalog": self.catalog}))
             serve = [
                 str(Path(sys.executable).parent / "lockstep"),
@@ -286,7 +290,7 @@ class CrashRun:
         beat = ["--heartbeat", str(self.plan.heartbeat_s)]
         for name, job_ids in JOB_PROCESSES.items():
             argv = self._script("_crash_jobs.py", target, str(self.workdir), *job_ids, *beat)
-            process = self._managed(name, argv)
+            process = self._managed(name, argv, self.tokens.jobs[name] if self.tokens else None)
             process.start()
             self.jobs.append(process)
         self.reader = self._managed(
