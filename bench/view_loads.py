@@ -65,12 +65,12 @@ def _pipeline(uri: str, store: Any, barriers: int) -> None:
 
     schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
     jobs = [("load", (), "a"), ("mid", ("a",), "b"), ("top", ("b",), "c")]
-    for job, sources, table in jobs:
-        store.register_job(JobSpec(job, sources=sources, sinks=(table,)))
     admin = load_catalog("ls", type="rest", uri=uri, token=TOKEN)
     admin.create_namespace("default")
-    for table in TABLES:
+    for table in TABLES:  # before their jobs: then the tables are Lockstep's, their writers'
         admin.create_table(f"default.{table}", schema)
+    for job, sources, table in jobs:
+        store.register_job(JobSpec(job, sources=sources, sinks=(table,)))
     tokens = {job: store.attach(job).token for job, _, _ in jobs}
     writers = {
         job: load_catalog(
