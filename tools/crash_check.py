@@ -17,7 +17,9 @@ a replacement has fenced it, then resumed; the leading replica is paused until a
 has taken the leadership over; PostgreSQL is restarted in the middle of a barrier
 (``tools/_crash_faults.py``). At the end every table is checked against the ground truth
 at every barrier, and every read against the barrier it claimed (see
-``tools/_crash_truth.py``). Runs repeat until ``--minutes`` have passed.
+``tools/_crash_truth.py``). Runs repeat until ``--minutes`` have passed. With ``--jobs exec``
+the jobs are plain programs under ``lockstep exec --loop`` instead, their programs and exec
+itself SIGKILLed (``tools/_crash_exec.py``).
 
 It prints runs, kills, barriers, reads and inconsistent reads per level, rows lost and
 duplicated, and exits 1 if anything was lost, duplicated or wrong, or if a
@@ -143,12 +145,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "catalog in each run's home); each run names it crash_<seed>, so runs do not share "
         "tables",
     )
+    parser.add_argument(
+        "--jobs",
+        choices=["runtime", "exec"],
+        default="runtime",
+        help="runtime: the deep pipeline's jobs in Lockstep's runtime; exec: the shopping "
+        "pipeline as plain programs under `lockstep exec --loop` (tools/_crash_exec.py)",
+    )
     parser.add_argument("--workdir", type=Path, help="keep each run's home and logs here")
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
     args = parser.parse_args(argv)
 
     modes = ["embedded", "service"] if args.coordinator == "both" else [args.coordinator]
     seed = args.seed if args.seed is not None else int(time.time()) % 100_000
+    if args.jobs == "exec":
+        from _crash_exec import exec_runs
+
+        runs = exec_runs(args.minutes, seed, min(args.chaos_seconds, 60.0), args.workdir)
+        return 0 if all(r.ok for r in runs) else 1
     deadline = time.monotonic() + args.minutes * 60
     results: list[RunResult] = []
     while not results or time.monotonic() < deadline:

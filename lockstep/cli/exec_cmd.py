@@ -70,8 +70,12 @@ def cmd_exec(args: argparse.Namespace) -> Output:
                 progress=_say,
             )
             try:
+                started = time.monotonic()
                 job.start()
-                return _loop(job, command, barriers, args, child, conf_dir)
+                start_s = round(time.monotonic() - started, 4)  # attach, recover
+                output = _loop(job, command, barriers, args, child, conf_dir)
+                output.data["start_s"] = start_s
+                return output
             finally:
                 job.close()
     finally:
@@ -87,15 +91,19 @@ def _loop(
     conf_dir: Path,
 ) -> Output:
     written: list[int] = []
+    timings: list[dict[str, float]] = []  # where each barrier's time went
     status = 0
     while barriers is None or len(written) < barriers:
         barrier = _wait(job, args.timeout, child.stop)
         if barrier is None:
             break  # stopped while waiting
+        clock = [time.monotonic()]
         run = job.open(barrier)
         _say(f"{job.job_id}: barrier {barrier.barrier_id}: running {' '.join(command)}")
         env = program_environment(run, conf_dir, os.environ)
+        clock.append(time.monotonic())
         status = _run_program(job, run, command, env, child, args.heartbeat)
+        clock.append(time.monotonic())
         if status != 0:
             _say(
                 f"{job.job_id}: the program exited {status}: barrier {barrier.barrier_id} is "
@@ -103,11 +111,20 @@ def _loop(
             )
             break
         job.finish(barrier.barrier_id)
+        clock.append(time.monotonic())
+        timings.append(
+            {
+                "barrier": barrier.barrier_id,
+                "open_s": round(clock[1] - clock[0], 4),
+                "program_s": round(clock[2] - clock[1], 4),
+                "publish_s": round(clock[3] - clock[2], 4),
+            }
+        )
         written.append(barrier.barrier_id)
         _say(f"{job.job_id}: barrier {barrier.barrier_id} written")
         if child.stop.is_set():
             break
-    data = {"job_id": job.job_id, "written": written, "exit_status": status}
+    data = {"job_id": job.job_id, "written": written, "exit_status": status, "barriers": timings}
     text = f"{job.job_id}: {len(written)} barrier(s) written ({_ids(written)})"
     return Output(data, text, status=status)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockstep.errors import ConfigurationError
+from lockstep.topology.names import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
     from lockstep.cli.exec_job import OpenRun
@@ -129,6 +130,8 @@ def spark_defaults(catalog: RunCatalog, user: Mapping[str, str], jar: str | None
     merged[f"{key}.uri"] = catalog.uri
     merged[f"{key}.warehouse"] = catalog.warehouse
     merged[f"{key}.cache-enabled"] = "false"  # each load sees the run's newest staging
+    # unqualified names: the namespace a Lockstep table's one-part name lives in
+    merged[f"{key}.default-namespace"] = user.get(f"{key}.default-namespace", DEFAULT_NAMESPACE)
     if catalog.token:
         merged[f"{key}.token"] = catalog.token
     return merged

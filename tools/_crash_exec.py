@@ -1,0 +1,262 @@
+"""One exec-mode run of the crash harness: the shopping pipeline as plain programs, each
+job under ``lockstep exec --loop``, its programs and exec itself SIGKILLed at random.
+
+The service (in this process: SQLite store, a local warehouse) serves the catalog. Two
+jobs run as ``lockstep exec --loop`` processes: ``load_shopping`` (the example's pyiceberg
+root) and ``sums`` (``_crash_exec_sums.py``, which commits its two sinks one after the
+other). For ``chaos_s`` seconds (longer, within ``extra_s``, until every kind was made),
+at random moments the harness:
+
+- SIGKILLs a running program (exec sees it die, publishes nothing, exits; restarted, the
+  next exec runs the barrier again);
+- SIGKILLs an exec process itself (its program, in a session of its own, runs on as an
+  orphan: the next exec fences it, so its late commits are refused);
+- restarts an exec with ``LOCKSTEP_FAULT`` so it kills itself right after PROCESSED or
+  right after the publish (the next exec's recovery publishes the barrier, once).
+
+Meanwhile barriers are issued and the demo's dashboard reads at every level. Then the
+jobs finish the last barrier and every table is checked at every ``lockstep_b<N>``:
+``shopping`` against the generated rows (lost, duplicated), the aggregates against
+``expected_sums``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _crash_procs import Managed
+
+TOOLS = Path(__file__).resolve().parent
+EXAMPLES = TOOLS.parent / "examples" / "exec_shopping"
+ADMIN = "crash-exec-admin-token-01"
+KINDS = ("program_kill", "exec_kill", "exec_fault")
+FAULT_POINTS = ("after_processed", "after_publish")
+
+
+@dataclass
+class ExecResult:
+    seed: int
+    elapsed_s: float = 0.0
+    barriers: int = 0
+    made: Counter[str] = field(default_factory=Counter)  # disturbances, by kind
+    exec_starts: int = 0
+    rows_lost: int = 0
+    rows_duplicated: int = 0
+    wrong_versions: int = 0  # an aggregate at a tag unequal to the ground truth
+    reads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    workdir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        bad_reads = sum(self.reads.get(lv, {}).get("inconsistent", 1) for lv in STRICT)
+        return not (self.problems or self.rows_lost or self.rows_duplicated) and not (
+            self.wrong_versions or bad_reads
+        )
+
+    def summary(self) -> str:
+        reads = "  ".join(
+            f"{lv} {r['reads']} ({r['inconsistent']} inconsistent)" for lv, r in self.reads.items()
+        )
+        lines = [
+            f"crash check (exec programs): seed {self.seed}, {self.elapsed_s:.0f}s, "
+            f"{self.barriers} barriers, exec starts {self.exec_starts}",
+            "  kills: " + ", ".join(f"{k} {self.made[k]}" for k in KINDS),
+            f"  reads: {reads}",
+            f"  rows lost {self.rows_lost}, rows duplicated {self.rows_duplicated}, wrong "
+            f"aggregate versions {self.wrong_versions}",
+            *(f"  PROBLEM: {p}" for p in self.problems[:20]),
+            "  verdict: " + ("OK" if self.ok else "FAILED"),
+        ]
+        return "\n".join(lines)
+
+
+STRICT = ("read_committed", "repeatable_read")
+
+
+def run_exec_mode(
+    workdir: Path, seed: int, chaos_s: float = 40.0, extra_s: float = 60.0
+) -> ExecResult:
+    """One run in ``workdir``; its figures and verdict."""
+    from _crash_exec_check import check_tables, serve
+
+    rng = random.Random(seed)
+    result = ExecResult(seed, workdir=str(workdir))
+    started = time.monotonic()
+    served = serve(workdir, ADMIN)
+    ls = served.connect()
+    ls.register_job("load_shopping", sinks=["shopping"])
+    ls.register_job("sums", sources=["shopping"], sinks=["user_item_amount", "user_item_price"])
+    served.catalog().create_namespace("default")
+    jobs = {
+        "load_shopping": [sys.executable, str(EXAMPLES / "load_shopping.py")],
+        "sums": [sys.executable, str(TOOLS / "_crash_exec_sums.py")],
+    }
+    procs = {job: _exec_process(served, job, command, workdir) for job, command in jobs.items()}
+    for proc in procs.values():
+        proc.start()
+    stop_reads, dashboard = threading.Event(), served.dashboard()
+    reader = threading.Thread(target=_read, args=(dashboard, stop_reads), daemon=True)
+    reader.start()
+    orphans: list[int] = []
+    deadline = started + chaos_s
+    next_kill = time.monotonic() + rng.uniform(2.0, 4.0)
+    while time.monotonic() < deadline or (
+        any(result.made[k] == 0 for k in KINDS) and time.monotonic() < deadline + extra_s
+    ):
+        _issue(ls)
+        _restart_ended(procs, result)
+        if time.monotonic() >= next_kill:
+            _disturb(rng, ls, procs, orphans, result)
+            next_kill = time.monotonic() + rng.uniform(1.0, 4.0)
+        time.sleep(0.2)
+    final = ls.issue_barrier().barrier_id
+    _drain(ls, procs, final, result)
+    stop_reads.set()
+    reader.join(timeout=60)
+    for pid in orphans:  # a killed exec's program, if it is still running
+        _kill_quietly(pid)
+    result.barriers = final
+    result.reads = {level: s.as_dict() for level, s in dashboard.stats.items()}
+    result.exec_starts = sum(p.starts for p in procs.values())
+    check_tables(served.catalog(), final, result)
+    result.elapsed_s = time.monotonic() - started
+    served.close()
+    return result
+
+
+def _exec_process(served: Any, job: str, command: list[str], workdir: Path) -> Managed:
+    argv = [
+        str(Path(sys.executable).parent / "lockstep"),
+        "--store",
+        served.url,
+        "--token",
+        ADMIN,
+        "exec",
+        job,
+        "--loop",
+        "--heartbeat",
+        "1",
+        "--",
+        *command,
+    ]
+    return Managed(job, argv, workdir, workdir / f"{job}.log", env={"PYTHONUNBUFFERED": "1"})
+
+
+def _issue(ls: Any) -> None:
+    """A new barrier once the root has written all but the newest two."""
+    newest = ls.store.list_barriers(limit=1)  # newest first
+    written = _written(ls, "load_shopping")
+    if not newest or newest[0].barrier_id - written < 2:
+        ls.issue_barrier()
+
+
+def _written(ls: Any, job_id: str) -> int:
+    progress = ls.store.job_progress(job_id, limit=4)
+    return next((p.barrier_id for p in progress if p.written_at is not None), 0)
+
+
+def _restart_ended(procs: dict[str, Managed], result: ExecResult) -> None:
+    for proc in procs.values():
+        if proc.poll() is not None and not proc.done:
+            proc.start()
+
+
+def _disturb(
+    rng: random.Random, ls: Any, procs: dict[str, Managed], orphans: list[int], result: ExecResult
+) -> None:
+    kind = min(KINDS, key=lambda k: (result.made[k], rng.random()))  # the least made first
+    if rng.random() < 0.5:
+        kind = rng.choice(KINDS)
+    proc = procs[rng.choice(sorted(procs))]
+    if proc.poll() is not None:
+        return
+    children = _children(proc.pid)
+    if kind == "program_kill":
+        if not children:
+            return  # waiting for a barrier: nothing to kill yet
+        _kill_quietly(children[0])
+    elif kind == "exec_kill":
+        orphans.extend(children)
+        proc.kill()
+        proc.start()
+    else:
+        proc.kill()
+        orphans.extend(children)
+        barrier = _written(ls, proc.name) + 1
+        proc.start(fault=f"{rng.choice(FAULT_POINTS)}:{barrier}:{proc.name}")
+    result.made[kind] += 1
+
+
+def _drain(ls: Any, procs: dict[str, Managed], final: int, result: ExecResult) -> None:
+    """Let both jobs write ``final`` (restarting what ends), then stop them."""
+    deadline = time.monotonic() + 300
+    while any(_written(ls, job) < final for job in procs) and time.monotonic() < deadline:
+        _restart_ended(procs, result)
+        time.sleep(0.2)
+    for job, proc in procs.items():
+        proc.done = True
+        proc.stop()
+        if _written(ls, job) < final:
+            result.problems.append(f"{job} did not write barrier {final} in time ({proc.log})")
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (its program, while one runs)."""
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            text = Path(f"/proc/{pid}/task/{task}/children").read_text()
+            found += [int(x) for x in text.split()]
+    except OSError:
+        return []
+    return found
+
+
+def _kill_quietly(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _read(dashboard: Any, stop: threading.Event) -> None:
+    from lockstep.readers.levels import ConsistencyLevel
+
+    while not stop.is_set():
+        for level in ConsistencyLevel:
+            try:
+                dashboard.read_once(level)
+            except Exception as e:
+                print(f"read failed: {e}", file=sys.stderr)
+        stop.wait(0.1)
+
+
+def exec_runs(minutes: float, seed: int, chaos_s: float, workdir: Path | None) -> list[ExecResult]:
+    """Exec-mode runs until ``minutes`` have passed (at least one); each printed."""
+    import shutil
+    import tempfile
+
+    deadline = time.monotonic() + minutes * 60
+    results: list[ExecResult] = []
+    while not results or time.monotonic() < deadline:
+        run_seed = seed + len(results)
+        base = workdir if workdir is not None else Path(tempfile.gettempdir())
+        path = base / f"crash-exec-{run_seed}-{os.getpid()}"
+        path.mkdir(parents=True, exist_ok=True)
+        result = run_exec_mode(path, run_seed, chaos_s)
+        results.append(result)
+        print(result.summary(), flush=True)
+        if not result.ok:
+            print(f"  logs and tables kept in {path}")
+        elif workdir is None:
+            shutil.rmtree(path, ignore_errors=True)
+    return results

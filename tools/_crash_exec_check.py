@@ -1,0 +1,113 @@
+"""The exec-mode crash run's service (in the harness's process) and its check of every
+table at every barrier against the ground truth."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lockstep.examples.shopping import expected_sums, shopping_rows
+
+SHOPPING = ("user_id", "item_id", "amount", "price")
+
+
+@dataclass
+class Served:
+    url: str
+    uri: str
+    token: str
+    store: Any
+    server: Any
+
+    def connect(self) -> Any:
+        import lockstep
+
+        return lockstep.connect(self.url, token=self.token, catalog=self._catalog())
+
+    def catalog(self) -> Any:
+        from pyiceberg.catalog import load_catalog
+
+        return load_catalog("crash", **self._catalog())
+
+    def dashboard(self) -> Any:
+        from lockstep.demo import Dashboard
+
+        return Dashboard(self.connect())
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.store.close()
+
+    def _catalog(self) -> dict[str, str]:
+        return {"type": "rest", "uri": self.uri, "token": self.token}
+
+
+def serve(workdir: Path, token: str) -> Served:
+    """The service with ``[iceberg]`` on a free loopback port (an admin ``token``)."""
+    import uvicorn
+
+    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
+    from lockstep.service.app import create_app
+    from lockstep.service.auth import load_tokens
+    from lockstep.service.iceberg.config import IcebergSettings
+
+    tokens = workdir / "tokens"
+    tokens.write_text(f"admin {token}\n")
+    tokens.chmod(0o600)
+    store = SqlMetadataStore.open(f"sqlite:///{workdir / 'svc.db'}")
+    settings = IcebergSettings(warehouse=f"file://{workdir / 'warehouse'}")
+    app = create_app(store, tokens=load_tokens(tokens), iceberg=settings)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.05)
+    url = f"http://127.0.0.1:{port}"
+    return Served(url, f"{url}/iceberg", token, store, server)
+
+
+def check_tables(catalog: Any, final: int, result: Any) -> None:
+    """Every table at every ``lockstep_b<N>`` up to ``final`` against the ground truth;
+    the counts go into ``result`` (rows lost and duplicated, wrong aggregate versions)."""
+    shopping = catalog.load_table("default.shopping")
+    aggregates = {
+        column: catalog.load_table(f"default.user_item_{column}") for column in ("amount", "price")
+    }
+    truth: Counter[tuple[Any, ...]] = Counter()
+    for barrier in range(1, final + 1):
+        truth.update(tuple(row[c] for c in SHOPPING) for row in shopping_rows(barrier))
+        rows = _at(shopping, barrier, result)
+        if rows is None:
+            continue
+        got = Counter(tuple(row[c] for c in SHOPPING) for row in rows)
+        result.rows_lost += sum((truth - got).values())
+        result.rows_duplicated += sum((got - truth).values())
+        sums = expected_sums(barrier)
+        for index, (column, table) in enumerate(aggregates.items()):
+            found = _at(table, barrier, result)
+            if found is None:
+                continue
+            shown = {(r["user_id"], r["item_id"]): r[column] for r in found}
+            if shown != {k: v[index] for k, v in sums.items()}:
+                result.wrong_versions += 1
+                result.problems.append(f"user_item_{column} at barrier {barrier} is wrong")
+    for table in (shopping, *aggregates.values()):
+        main = table.current_snapshot()
+        stamp = None if main is None else main.summary.get("lockstep.barrier")
+        if stamp is not None and int(stamp) > final:
+            result.problems.append(f"{table.name()} main carries barrier {stamp} > {final}")
+
+
+def _at(table: Any, barrier: int, result: Any) -> list[dict[str, Any]] | None:
+    snapshot = table.snapshot_by_name(f"lockstep_b{barrier}")
+    if snapshot is None:
+        result.problems.append(f"{table.name()} has no tag lockstep_b{barrier}")
+        return None
+    return list(table.scan(snapshot_id=snapshot.snapshot_id).to_arrow().to_pylist())
