@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find lockstep topology barrier readers meta_tables examples -type d -not -name __pycache__)
 
 .PHONY: demo test test-fast lint typecheck format clean bench bench-coordinator bench-scaling \
-	bench-pipeline bench-platform crash-check
+	bench-pipeline bench-platform bench-exec crash-check crash-check-exec
 
 # The venv, with the project installed editable (strict mode: a link tree that type checkers
 # and tools can follow). Re-installed when pyproject.toml changes or a package file is added.
@@ -56,9 +56,17 @@ bench-pipeline: $(VENV)/.installed
 bench-platform: $(VENV)/.installed
 	$(BIN)/python bench/platform_scale.py
 
+# lockstep exec: a SQL job by exec vs plainly vs the Python runtime, and the shopping
+# pipeline as programs through exec --loop (8 barriers, Spark: ~15 min here)
+bench-exec: $(VENV)/.installed
+	$(BIN)/python bench/exec_pipeline.py --barriers 8
+
 CRASH_MINUTES ?= 10
 crash-check: $(VENV)/.installed
 	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --coordinator both
+
+crash-check-exec: $(VENV)/.installed
+	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --jobs exec
 
 clean:
 	rm -rf $(VENV) build .typecheck .pytest_cache .mypy_cache .ruff_cache *.egg-info

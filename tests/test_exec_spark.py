@@ -2,7 +2,7 @@
 the root a pyiceberg script, ``sum_amount`` a SQL file run by ``spark-sql -f`` and
 ``sum_price`` the same kind of file run by a plain PySpark app under ``spark-submit``. Each
 run is a JVM of its own (seconds each here), so CI runs two barriers;
-``make exec-pipeline`` runs eight (bench/exec_pipeline.py)."""
+``make bench-exec`` runs eight (bench/exec_pipeline.py)."""
 
 from __future__ import annotations
 

@@ -274,7 +274,7 @@ def test_every_block_of_the_tutorial_is_run_or_checked() -> None:
     blocks = parse_blocks(text)
     kinds = [b.kind for b in blocks]
     assert kinds.count("bash") >= 10
-    assert kinds.count("file") == 2
+    assert kinds.count("file") == 4  # mypipe.py, dashboard.py, upstream.py, top_customers.sql
     assert text.count(PORT_LINE) == 1, f"the test replaces the one {PORT_LINE!r} line"
     links = re.findall(r"\]\(([^)]+)\)", text)
     assert all("://" not in link for link in links), links

@@ -157,16 +157,16 @@ def _run_program(
     heartbeat_s: float,
 ) -> int:
     """Run ``command`` to its end, heartbeating; its exit status (128+N: signal N)."""
-    try:
-        process = subprocess.Popen(command, env=env, start_new_session=True)
-    except OSError as e:
-        raise InvalidRequestError(f"cannot run {command[0]!r}: {e.strerror}") from e
-    child.process = process
-    try:
-        with Heartbeat(job.session, heartbeat_s):
+    with Heartbeat(job.session, heartbeat_s):  # its first beat refuses a fenced instance
+        try:
+            process = subprocess.Popen(command, env=env, start_new_session=True)
+        except OSError as e:
+            raise InvalidRequestError(f"cannot run {command[0]!r}: {e.strerror}") from e
+        child.process = process
+        try:
             code = process.wait()
-    finally:
-        child.process = None
+        finally:
+            child.process = None
     return 128 - code if code < 0 else code
 
 
