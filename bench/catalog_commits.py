@@ -21,55 +21,20 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+
+from _catalog_service import catalog_service
 
 ADMIN, READ = "bench-admin-token-0001", "bench-read-token-00001"
 KINDS = ("writer on its table", "admin on a free table", "admin refused on a Lockstep table")
 ROOT = Path(__file__).resolve().parents[1]
 WARMUP = 10  # untimed commits of each kind first (imports, caches, connections)
 ROOMS = ("topology", "barrier", "readers", "meta_tables", "examples")
-
-
-@contextmanager
-def catalog_service(workdir: Path) -> Iterator[tuple[str, Any]]:
-    """The service, on loopback in a thread; its catalog's URI and its store."""
-    import uvicorn
-
-    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
-    from lockstep.service.app import create_app
-    from lockstep.service.auth import load_tokens
-    from lockstep.service.iceberg.config import IcebergSettings
-
-    tokens = workdir / "tokens"
-    tokens.write_text(f"admin {ADMIN}\nread {READ}\n")
-    tokens.chmod(0o600)
-    store = SqlMetadataStore.open(f"sqlite:///{workdir / 'svc.db'}")
-    iceberg = IcebergSettings(warehouse=f"file://{workdir / 'warehouse'}")
-    app = create_app(store, tokens=load_tokens(tokens), iceberg=iceberg)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}/iceberg", store
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        store.close()
 
 
 def measure(commits: int) -> dict[str, list[float]]:
@@ -81,7 +46,9 @@ def measure(commits: int) -> dict[str, list[float]]:
     from lockstep.topology.model import JobSpec
 
     with tempfile.TemporaryDirectory(prefix="lockstep-bench-commits-") as tmp:
-        with catalog_service(Path(tmp)) as (uri, store):
+        admins = f"admin {ADMIN}\nread {READ}\n"
+        with catalog_service(Path(tmp), admins) as (url, store):
+            uri = f"{url}/iceberg"
             schema = pa.schema([("user_id", pa.string())])
             admin = load_catalog("a", type="rest", uri=uri, token=ADMIN)
             admin.create_namespace("default")

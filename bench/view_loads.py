@@ -18,42 +18,17 @@ p90 (the plain load is the baseline) and what the first load of a (table, snapsh
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from _catalog_service import catalog_service
+
 TOKEN = "bench-admin-token-0001"
 TABLES = ("a", "b", "c")
-
-
-def _serve(home: Path) -> tuple[str, Any, Any]:
-    """The service with ``[iceberg]`` on a free loopback port: its URL, store, server."""
-    import uvicorn
-
-    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
-    from lockstep.service.app import create_app
-    from lockstep.service.auth import load_tokens
-    from lockstep.service.iceberg.config import IcebergSettings
-
-    tokens = home / "tokens"
-    tokens.write_text(f"admin {TOKEN}\n")
-    tokens.chmod(0o600)
-    store = SqlMetadataStore.open(f"sqlite:///{home / 'svc.db'}")
-    settings = IcebergSettings(warehouse=f"file://{home / 'warehouse'}")
-    app = create_app(store, tokens=load_tokens(tokens), iceberg=settings)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    threading.Thread(target=server.run, daemon=True).start()
-    while not server.started:
-        time.sleep(0.05)
-    return f"http://127.0.0.1:{port}", store, server
 
 
 def _pipeline(uri: str, store: Any, barriers: int) -> None:
@@ -104,7 +79,6 @@ def _timed(client: Any, url: str, loads: int) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import httpx
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--barriers", type=int, default=20)
@@ -115,9 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.barriers, args.rounds, args.loads = 2, 1, 3
     home = Path(tempfile.mkdtemp(prefix="lockstep-bench-views-"))
-    url, store, server = _serve(home)
-    uri = f"{url}/iceberg"
     print(f"writing {args.barriers} barriers into {len(TABLES)} tables in {home} ...", flush=True)
+    with catalog_service(home, f"admin {TOKEN}\n") as (url, store):
+        return _measure(args, f"{url}/iceberg", store)
+
+
+def _measure(args: argparse.Namespace, uri: str, store: Any) -> int:
+    import httpx
+
     _pipeline(uri, store, args.barriers)
     client = httpx.Client(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
     config = f"{uri}/v1/config"
@@ -144,8 +123,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{statistics.median(first[kind]) * 1e3:>14.2f}"
         )
     print(f"({args.rounds} rounds x {args.loads} loads a kind, alternated; three tables)")
-    server.should_exit = True
-    store.close()
     return 0
 
 

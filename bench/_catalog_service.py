@@ -1,0 +1,45 @@
+"""A Lockstep service serving its Iceberg REST catalog, in this process, for a benchmark."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+@contextmanager
+def catalog_service(home: Path, tokens: str) -> Iterator[tuple[str, Any]]:
+    """The service over a SQLite store and a local warehouse in ``home``, its token file
+    holding ``tokens`` (lines ``ROLE TOKEN``), on a free loopback port in a thread: its
+    URL (the catalog is at ``URL/iceberg``) and its store."""
+    import uvicorn
+
+    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
+    from lockstep.service.app import create_app
+    from lockstep.service.auth import load_tokens
+    from lockstep.service.iceberg.config import IcebergSettings
+
+    token_file = home / "tokens"
+    token_file.write_text(tokens)
+    token_file.chmod(0o600)
+    store = SqlMetadataStore.open(f"sqlite:///{home / 'svc.db'}")
+    iceberg = IcebergSettings(warehouse=f"file://{home / 'warehouse'}")
+    app = create_app(store, tokens=load_tokens(token_file), iceberg=iceberg)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)  # a bounded start-up wait: uvicorn says when it listens
+    try:
+        yield f"http://127.0.0.1:{port}", store
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        store.close()
