@@ -23,6 +23,7 @@ class Served:
     token: str
     store: Any
     server: Any
+    thread: threading.Thread
 
     def connect(self) -> Any:
         import lockstep
@@ -40,7 +41,9 @@ class Served:
         return Dashboard(self.connect())
 
     def close(self) -> None:
+        """Stop serving, then close the store (nothing of the service writes after)."""
         self.server.should_exit = True
+        self.thread.join(timeout=30)
         self.store.close()
 
     def _catalog(self) -> dict[str, str]:
@@ -66,11 +69,12 @@ def serve(workdir: Path, token: str) -> Served:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    threading.Thread(target=server.run, daemon=True).start()
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
     while not server.started:
         time.sleep(0.05)
     url = f"http://127.0.0.1:{port}"
-    return Served(url, f"{url}/iceberg", token, store, server)
+    return Served(url, f"{url}/iceberg", token, store, server, thread)
 
 
 def check_tables(catalog: Any, final: int, result: Any) -> None:
