@@ -13,6 +13,7 @@ from lockstep.barrier.iceberg.tables import IcebergError, IcebergTables
 from lockstep.barrier.model import VersionState
 from lockstep.barrier.runtime.context import BarrierContext
 from lockstep.barrier.runtime.runner import Job, JobRunner
+from lockstep.errors import JobStepError
 from lockstep.facade import Lockstep
 
 if TYPE_CHECKING:
@@ -49,8 +50,9 @@ def test_job_that_died_staging_a_new_table_recovers(
     first = JobRunner(spark_ls.store, job, spark_base.newSession(), tables)
     first.start()
     spark_ls.issue_barrier()
-    with pytest.raises(Crash):
+    with pytest.raises(JobStepError) as failed:
         first.run(until_idle=True)
+    assert isinstance(failed.value.__cause__, Crash)
     assert tables.ref_head(first.spark, "events", "main") is None
     assert tables.staged_head(first.spark, "events", job.job_id) is not None
 
