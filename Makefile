@@ -17,6 +17,14 @@ $(VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev,spark,service,kafka,lineage]' --config-settings editable_mode=strict
 	touch $@
 
+# dbt for tests/test_exec_dbt.py, in an environment of its own: a dbt project's models run
+# under `lockstep exec` like any program (and dbt 1.10's pins conflict with mypy's).
+DBT_VENV := .venv-dbt
+$(DBT_VENV)/.installed: examples/exec_shopping/dbt/requirements.txt
+	$(PYTHON) -m venv $(DBT_VENV)
+	$(DBT_VENV)/bin/pip install -q -r $<
+	touch $@
+
 demo: $(VENV)/.installed
 	$(BIN)/lockstep demo
 
@@ -24,7 +32,7 @@ demo: $(VENV)/.installed
 # the suite waits on JVMs, subprocesses and servers, so two cores run it in ~15 minutes
 # instead of ~26. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
-test: $(VENV)/.installed lint
+test: $(VENV)/.installed $(DBT_VENV)/.installed lint
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: $(VENV)/.installed

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockstep.cli.arguments import int_at_least, port, positive_float
+from lockstep.cli.dbt_import import add_import_dbt
 from lockstep.cli.delay import cmd_delay
 from lockstep.cli.exec_cmd import add_exec_command
 from lockstep.cli.format import (
@@ -308,6 +309,7 @@ def _add_job_commands(sub: Any, cmds: _Commands) -> None:
         type=Path,
         help='a JSON list of jobs: [{"job_id": ..., "sources": [...], "sinks": [...]}, ...]',
     )
+    add_import_dbt(jobs, cmds)
     cmds.add(jobs, "list", cmd_job_list)
     unregister = cmds.add(jobs, "unregister", cmd_job_unregister)
     unregister.add_argument("job_id", metavar="JOB_ID")
