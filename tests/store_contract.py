@@ -95,6 +95,20 @@ class StoreContract(BatchContract, CallsContract, InstanceContract, ResolveContr
             store.register_job(JobSpec("b", sinks=("default.t3",)))
         store.register_job(JobSpec("c", sinks=("shop.t3",)))  # another namespace: another table
 
+    def test_a_table_is_named_one_way_by_every_job(self, store: MetadataStore) -> None:
+        """A reader of ``default.t3`` where ``t3`` is written would never be linked to its
+        writer (and wait forever for a version): refused, naming the known spelling."""
+        store.register_job(JobSpec("a", sinks=("t3",)))
+        before = dump(store)
+        with pytest.raises(InvalidNameError, match="knows this table as 't3'"):
+            store.register_job(JobSpec("b", sources=("default.t3",), sinks=("t4",)))
+        assert dump(store) == before
+        store.register_job(JobSpec("c", sources=("default.t5",), sinks=("t6",)))
+        with pytest.raises(InvalidNameError, match="knows this table as 'default.t5'"):
+            store.register_job(JobSpec("d", sinks=("t5",)))
+        store.register_job(JobSpec("b", sources=("t3",), sinks=("t4",)))
+        assert {s.job_id for s in store.topology().jobs} == {"a", "b", "c"}
+
     def test_cycle_is_refused_naming_the_cycle(self, store: MetadataStore) -> None:
         store.register_job(JobSpec("a", sources=("t2",), sinks=("t1",)))
         before = dump(store)

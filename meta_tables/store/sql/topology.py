@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import CommitState, TableStatus
 from lockstep.errors import (
+    InvalidNameError,
     ConcurrentWriterError,
     CycleError,
     DependentJobsError,
@@ -67,6 +68,7 @@ def _register(s: Session, spec: JobSpec, now: datetime) -> JobSpec:
             return existing
         raise JobExistsError(spec.job_id)
     _check_writers(s, spec)
+    _check_spellings(s, spec)
     _check_no_cycle(s, spec)
     tables = list(dict.fromkeys((*spec.sources, *spec.sinks)))
     known = set(s.scalars(select(TableRow.table_name).where(TableRow.table_name.in_(tables))))
@@ -105,6 +107,25 @@ def _check_writers(s: Session, spec: JobSpec) -> None:
     ).first()
     if taken is not None:
         raise ConcurrentWriterError(taken.table_name, taken.job_id, spec.job_id)
+
+
+def _check_spellings(s: Session, spec: JobSpec) -> None:
+    """One table, one spelling: a job may not name ``default.orders`` where the topology
+    knows ``orders`` (or the reverse). Edges join names as written, so a reader spelling
+    its source otherwise than the writer's sink would never see a version of it."""
+    named = (*spec.sources, *spec.sinks)
+    other = {alias: table for table in named for alias in spellings(table)[1:]}
+    if not other:
+        return
+    known = s.scalars(
+        select(TableRow.table_name).where(TableRow.table_name.in_(sorted(other))).limit(1)
+    ).first()
+    if known is not None:
+        raise InvalidNameError(
+            "table",
+            other[known],
+            f"the topology knows this table as {known!r}: name it so (one table, one spelling)",
+        )
 
 
 _DOWNSTREAM = (  # a table -> each job reading it -> each table that job writes
