@@ -11,10 +11,10 @@ from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import CommitState, TableStatus
 from lockstep.errors import (
-    InvalidNameError,
     ConcurrentWriterError,
     CycleError,
     DependentJobsError,
+    InvalidNameError,
     JobExistsError,
     PendingCommitsError,
 )
