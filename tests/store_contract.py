@@ -104,7 +104,7 @@ class StoreContract(BatchContract, CallsContract, InstanceContract, ResolveContr
             store.register_job(JobSpec("b", sources=("default.t3",), sinks=("t4",)))
         assert dump(store) == before
         store.register_job(JobSpec("c", sources=("default.t5",), sinks=("t6",)))
-        with pytest.raises(InvalidNameError, match="knows this table as 'default.t5'"):
+        with pytest.raises(InvalidNameError, match=r"knows this table as 'default\.t5'"):
             store.register_job(JobSpec("d", sinks=("t5",)))
         store.register_job(JobSpec("b", sources=("t3",), sinks=("t4",)))
         assert {s.job_id for s in store.topology().jobs} == {"a", "b", "c"}
