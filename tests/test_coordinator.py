@@ -186,9 +186,10 @@ def test_cli_every_waits_for_the_leadership(tmp_path: Path, capsys: pytest.Captu
     home = str(tmp_path / "home")
     with lockstep.connect(home) as ls:
         ls.register_job("load", sinks=["raw"])
-        # another issuer (a service replica, say) holds the leadership for a moment
-        assert ls.store.try_lead(LEADERSHIP, "service-replica", ttl_s=1.0)
+        # another issuer (a service replica, say) holds the leadership for a moment: at
+        # least until held_until (its lease starts no earlier than this clock reading)
         held_until = ls.store.now() + timedelta(seconds=1.0)
+        assert ls.store.try_lead(LEADERSHIP, "service-replica", ttl_s=1.0)
     code = main(["--home", home, "barrier", "issue", "--every", "0.05", "--count", "2"])
     out = capsys.readouterr().out
     assert code == 0
