@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from spark_checks import main_barrier_history
 
+from lockstep import JobStepError
 from lockstep.barrier.iceberg.tables import IcebergError, IcebergTables
 from lockstep.barrier.model import VersionState
 from lockstep.barrier.runtime.context import BarrierContext
 from lockstep.barrier.runtime.runner import Job, JobRunner
-from lockstep.errors import JobStepError
 from lockstep.facade import Lockstep
 
 if TYPE_CHECKING:
