@@ -178,3 +178,39 @@ def test_lockstep_run_names_the_failed_job_and_runs_the_others_to_the_end(
         "error: 1 of 2 jobs stopped on a failure (job 'broken'; each error is above); start "
         "them again (lockstep run ...), or run with --restart"
     )
+
+
+class _AlwaysFailing:
+    """A runner whose every run fails before writing anything (the supervisor's view of a
+    job with a bug in its first barrier): only what ``SupervisedJob`` calls."""
+
+    def __init__(self) -> None:
+        self.job = type("Spec", (), {"job_id": "broken"})()
+        self.barriers_written = 0
+        self.runs = 0
+
+    def start(self) -> None:
+        pass
+
+    def run(self, **_: object) -> None:
+        self.runs += 1
+        raise RuntimeError("fails every time")
+
+
+def test_until_idle_gives_up_on_a_job_that_always_fails_instead_of_restarting_it_forever() -> None:
+    from lockstep.cli.supervise import UNTIL_IDLE_ATTEMPTS, Restart, SupervisedJob, run_jobs
+
+    runner = _AlwaysFailing()
+    said: list[str] = []
+    job = SupervisedJob(runner, Restart(first_s=0.001, most_s=0.002), said.append)  # type: ignore[arg-type]
+    finished = threading.Event()
+
+    def rounds() -> None:
+        run_jobs([job], stop=threading.Event(), until_idle=True)
+        finished.set()
+
+    threading.Thread(target=rounds, daemon=True).start()
+    assert finished.wait(60), "run_jobs(until_idle=True) kept restarting a job that always fails"
+    assert runner.runs == UNTIL_IDLE_ATTEMPTS
+    assert isinstance(job.error, RuntimeError)
+    assert "no more restarts" in said[-1]

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from lockstep.barrier.runtime.runner import JobRunner
 
 JOIN_S = 0.5  # the main thread wakes this often while jobs run, to take signals
+# With --until-idle, a job that fails this many times in a row without writing a barrier is
+# left failed: it would never become idle, so the rounds would never end.
+UNTIL_IDLE_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class SupervisedJob:
         self.processed = 0
         self.restarts = 0
         self.error: Exception | None = None  # the failure its last run ended on, if any
+        self.failed_in_a_row = 0  # failures since it last wrote a barrier
         self._wait_s = 0.0  # before the next restart
         self._next_wait_s = restart.first_s if restart else 0.0
 
@@ -87,12 +91,14 @@ class SupervisedJob:
             self._failed(e, self.runner.barriers_written - before)
         else:
             self.error = None
+            self.failed_in_a_row = 0
         done = self.runner.barriers_written - before
         self.processed += done
         return done
 
     def _failed(self, error: Exception, processed: int) -> None:
         self.error = error
+        self.failed_in_a_row = 1 if processed else self.failed_in_a_row + 1
         if self.restart is None:
             then = "it stays stopped; the other jobs of this process go on"
         else:
@@ -144,12 +150,24 @@ def _until_done(job: SupervisedJob, stop: threading.Event, max_barriers: int | N
 
 
 def _rounds(jobs: Sequence[SupervisedJob], stop: threading.Event, max_barriers: int | None) -> None:
+    given_up: set[str] = set()
     while not stop.is_set():
         progressed = 0
         for job in jobs:
-            if stop.is_set() or not job.wants_more(max_barriers):
+            if stop.is_set() or job.job_id in given_up or not job.wants_more(max_barriers):
                 continue
             progressed += job.run_once(stop, max_barriers, until_idle=True)
-        restarting = any(j.error is not None and j.wants_more(max_barriers) for j in jobs)
+            if job.error is not None and job.failed_in_a_row >= UNTIL_IDLE_ATTEMPTS:
+                given_up.add(job.job_id)
+                if job.report is not None:
+                    job.report(
+                        f"job {job.job_id} failed {job.failed_in_a_row} times in a row without "
+                        "writing a barrier: no more restarts (--until-idle ends when no job "
+                        "has work; run it without --until-idle to keep restarting it)"
+                    )
+        restarting = any(
+            j.error is not None and j.job_id not in given_up and j.wants_more(max_barriers)
+            for j in jobs
+        )
         if progressed == 0 and not restarting:
             break
