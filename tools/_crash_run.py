@@ -349,7 +349,9 @@ class CrashRun:
                 self.log(f"{process.name} killed itself at LOCKSTEP_FAULT={process.fault}")
             else:
                 tail = process.last_output().strip().splitlines()
-                message = f"{process.name} exited with {code}: {tail[-1] if tail else ''}"
+                # the last line that says something: not a Java stack frame ("at ...")
+                why = next((t for t in reversed(tail) if not t.strip().startswith("at ")), "")
+                message = f"{process.name} exited with {code}: {why.strip()}"
                 expected = self._expected(process.last_output())
                 (self.result.expected_errors if expected else self.result.errors).append(message)
                 self.log(message)
