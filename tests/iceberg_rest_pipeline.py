@@ -4,16 +4,19 @@
 and writes ``default.c``: real jobs of the service's store (attach, next barrier, PROCESSED,
 WRITTEN) whose commits go through the served catalog as stock pyiceberg appends, fenced and
 stamped by it. At barrier n each table appends one row ``(k=n, v)`` with a random ``v``, one
-table after the other, so a reader of the tables' own ``main`` can catch them between two
-tables' commits; the writer records each barrier's ground truth: what the join query below
-answers at exactly that barrier.
+table after the other, as the job runtime does: staged on the job's branch
+(``lockstep_<job>``), reported PROCESSED, published (``main`` moved to the staged snapshot),
+reported WRITTEN. So a reader of the tables' own ``main`` can catch them between two
+tables' commits, and a read_committed view sees staged snapshots that are not yet on
+``main``. The writer records each barrier's ground truth (what the join query below answers
+at exactly that barrier) before it stages anything.
 """
 
 from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,13 +44,14 @@ class Pipeline:
     truth: dict[int, Answer] = field(default_factory=dict)  # barrier -> the join's answer
     tokens: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    written: int = 0  # the newest barrier WRITTEN in all three tables
     _sums: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TABLES, 0))
 
     @property
     def committed(self) -> int:
         """The newest barrier WRITTEN in all three tables."""
         with self.lock:
-            return max(self.truth)
+            return self.written
 
     def check(self, answer: Answer) -> int:
         """The barrier ``answer`` is the ground truth of (AssertionError if none: a mixed
@@ -58,27 +62,36 @@ class Pipeline:
         assert answer == expected, f"read {answer}, but barrier {n} is {expected}"
         return n
 
-    def advance(self) -> int:
-        """Issue the next barrier and write it in a, b, c in turn; the barrier."""
+    def advance(self, staged: Callable[[int, str], None] | None = None) -> int:
+        """Issue the next barrier and write it in a, b, c in turn; the barrier.
+        ``staged(barrier, table)`` is called when a table's version is PROCESSED, before
+        it is published."""
         store = self.service.store
         barrier = store.issue_barrier().barrier_id
+        values = {table: random.randrange(1, 1000) for table in TABLES}
+        with self.lock:
+            s = {t: self._sums[t] + values[t] for t in TABLES}
+            self.truth[barrier] = (barrier, barrier, barrier, barrier, s["a"], s["b"], s["c"])
+            self._sums = s
         for job, _sources, table in JOBS:
-            taken = store.next_barrier(job, self.tokens[job])
+            token = self.tokens[job]
+            taken = store.next_barrier(job, token)
             assert taken is not None
             assert taken.barrier_id == barrier
-            value = random.randrange(1, 1000)
             writer = self._catalog(
-                **{"header.X-Lockstep-Job": job, "header.X-Lockstep-Token": str(self.tokens[job])}
+                **{"header.X-Lockstep-Job": job, "header.X-Lockstep-Token": str(token)}
             )
-            loaded = writer.load_table(f"default.{table}")
-            loaded.append(pa.table({"k": [barrier], "v": [value]}, schema=SCHEMA))
-            head = writer.load_table(f"default.{table}").metadata.refs["main"].snapshot_id
-            store.report_processed(job, self.tokens[job], barrier, {table: head})
-            store.report_written(job, self.tokens[job], barrier)
-            self._sums[table] += value
+            rows = pa.table({"k": [barrier], "v": [values[table]]}, schema=SCHEMA)
+            snapshot = _stage(writer, f"default.{table}", f"lockstep_{job}", rows)
+            store.report_processed(job, token, barrier, {table: snapshot})
+            if staged is not None:
+                staged(barrier, table)
+            published = writer.load_table(f"default.{table}")
+            if published.metadata.current_snapshot_id != snapshot:
+                published.manage_snapshots().set_current_snapshot(snapshot).commit()
+            store.report_written(job, token, barrier)
         with self.lock:
-            s = self._sums
-            self.truth[barrier] = (barrier, barrier, barrier, barrier, s["a"], s["b"], s["c"])
+            self.written = barrier
         return barrier
 
     @contextmanager
@@ -109,6 +122,21 @@ class Pipeline:
         return load_catalog(
             "ls", type="rest", uri=self.service.uri, token=ADMIN_TOKEN, **properties
         )
+
+
+def _stage(writer: Any, identifier: str, branch: str, rows: pa.Table) -> int:
+    """Append ``rows`` on ``branch`` (made at main's head when missing; a table's first
+    write goes to main, as the runtime's first publish makes main); the staged snapshot."""
+    loaded = writer.load_table(identifier)
+    head = loaded.metadata.current_snapshot_id
+    if head is None:
+        loaded.append(rows)
+        return int(writer.load_table(identifier).metadata.current_snapshot_id)
+    if branch not in loaded.metadata.refs:
+        loaded.manage_snapshots().create_branch(head, branch).commit()
+        loaded = writer.load_table(identifier)
+    loaded.append(rows, branch=branch)
+    return int(writer.load_table(identifier).metadata.refs[branch].snapshot_id)
 
 
 def start_pipeline(service: Any, barriers: int = 2) -> Pipeline:

@@ -9,7 +9,7 @@ One service and one pipeline serve the whole module (``iceberg_rest_pipeline``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ pytest.importorskip("pyiceberg")
 pytest_plugins = ["iceberg_rest_fixtures"]
 
 CONSISTENT = "lockstep:repeatable_read"
+VIEWS = ("repeatable_read", "read_committed", "barrier")  # the view kinds: pinned, pinned, at N
 READS = 4  # reads per engine and view kind, each while barriers keep coming
 SPARK_READS = 2  # Spark's are slower (a catalog's first loads start its REST client)
 
@@ -56,15 +57,22 @@ def _pyiceberg_join(catalog: Catalog) -> tuple[int, ...]:
     return tuple(int(x or 0) for x in row)
 
 
-def test_pyiceberg_reads_one_barrier_under_each_view(pipeline: Pipeline) -> None:
+def _warehouse(pipeline: Pipeline, view: str) -> str:
+    """The ``warehouse`` of a view kind: ``barrier`` is the newest barrier written."""
+    return f"lockstep:barrier={pipeline.committed}" if view == "barrier" else f"lockstep:{view}"
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_pyiceberg_reads_one_barrier_under_each_view(pipeline: Pipeline, view: str) -> None:
     with pipeline.advancing():
+        first = 0
         for _ in range(READS):
-            view = _stock(pipeline, CONSISTENT)
-            first = pipeline.check(_pyiceberg_join(view))  # type: ignore[arg-type]
-            n = pipeline.committed
-            at_n = _pyiceberg_join(_stock(pipeline, f"lockstep:barrier={n}"))
-            assert pipeline.check(at_n) == n  # type: ignore[arg-type]
-            assert _pyiceberg_join(view)[0] == first  # the view has not moved
+            warehouse = _warehouse(pipeline, view)
+            catalog = _stock(pipeline, warehouse)
+            n = pipeline.check(_pyiceberg_join(catalog))  # type: ignore[arg-type]
+            first = first or n
+            assert view != "barrier" or warehouse.endswith(f"={n}")  # the barrier it names
+            assert _pyiceberg_join(catalog)[0] == n  # the view has not moved
     assert pipeline.committed > first  # the pipeline did advance meanwhile
 
 
@@ -74,25 +82,63 @@ def _duckdb_join(con: Any, name: str) -> tuple[int, ...]:
     return tuple(int(x or 0) for x in row)
 
 
-def test_duckdb_reads_one_barrier_under_each_view(pipeline: Pipeline, tmp_path: Path) -> None:
-    con = duckdb_with_iceberg(tmp_path / "duckdb-ext")
+def _duckdb(pipeline: Pipeline, folder: Path) -> Callable[[str, str], tuple[int, ...]]:
+    """A DuckDB connection to the catalog: ``attach(name, warehouse)`` attaches the
+    catalog under ``name`` and answers the join there."""
+    con = duckdb_with_iceberg(folder)
     con.execute(f"CREATE SECRET ls_read (TYPE iceberg, TOKEN '{READ_TOKEN}')")
     endpoint = pipeline.service.uri
 
-    def attach(name: str, warehouse: str) -> None:
+    def attach(name: str, warehouse: str) -> tuple[int, ...]:
         con.execute(
             f"ATTACH '{warehouse}' AS {name} (TYPE iceberg, ENDPOINT '{endpoint}', SECRET ls_read)"
         )
+        return _duckdb_join(con, name)
 
+    attach.con = con  # type: ignore[attr-defined]
+    return attach
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_duckdb_reads_one_barrier_under_each_view(
+    pipeline: Pipeline, tmp_path: Path, view: str
+) -> None:
+    """#45: DuckDB mixed barriers under every view kind while jobs staged commits (it
+    picks its snapshot from a metadata file's snapshot-log, which a view's file had
+    wrong); each read here must be one barrier's truth."""
+    attach = _duckdb(pipeline, tmp_path / "duckdb-ext")
+    con = attach.con  # type: ignore[attr-defined]
     with pipeline.advancing():
+        first = 0
         for i in range(READS):
-            attach(f"rr{i}", CONSISTENT)
-            first = pipeline.check(_duckdb_join(con, f"rr{i}"))  # type: ignore[arg-type]
-            n = pipeline.committed
-            attach(f"b{i}", f"lockstep:barrier={n}")
-            assert pipeline.check(_duckdb_join(con, f"b{i}")) == n  # type: ignore[arg-type]
-            assert _duckdb_join(con, f"rr{i}")[0] == first  # the attached view has not moved
+            warehouse = _warehouse(pipeline, view)
+            n = pipeline.check(attach(f"v{i}", warehouse))  # type: ignore[arg-type]
+            first = first or n
+            assert view != "barrier" or warehouse.endswith(f"={n}")
+            assert _duckdb_join(con, f"v{i}")[0] == n  # the attached view has not moved
     assert pipeline.committed > first
+
+
+def test_duckdb_reads_a_staged_snapshot_and_then_the_same_snapshot_published(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    """#45's reproduction, step by step: a read_committed view pins ``c`` at a snapshot
+    its job has staged, not yet published; then the job publishes it, and a
+    repeatable_read and a barrier view pin the same snapshot. DuckDB read the previous
+    snapshot of ``c`` in all three (the first view's file named the new snapshot current,
+    but its snapshot-log, which DuckDB reads, ended at the previous one; the others were
+    served the same file)."""
+    attach = _duckdb(pipeline, tmp_path / "duckdb-ext")
+    read: list[tuple[int, ...]] = []
+
+    def under_read_committed(barrier: int, table: str) -> None:
+        if table == "c":  # a and b WRITTEN, c PROCESSED: the view shows c's staged snapshot
+            read.append(attach("rc", "lockstep:read_committed"))
+
+    n = pipeline.advance(staged=under_read_committed)
+    assert pipeline.check(read[0]) == n  # type: ignore[arg-type]
+    assert pipeline.check(attach("rr", CONSISTENT)) == n  # type: ignore[arg-type]
+    assert pipeline.check(attach("bn", f"lockstep:barrier={n}")) == n  # type: ignore[arg-type]
 
 
 def test_duckdb_creates_as_select_inserts_updates_and_deletes(
@@ -143,7 +189,10 @@ def _spark_rows(spark: Any, query: str) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.spark
-def test_spark_reads_one_barrier_under_each_view(pipeline: Pipeline, spark_base: Any) -> None:
+@pytest.mark.parametrize("view", VIEWS)
+def test_spark_reads_one_barrier_under_each_view(
+    pipeline: Pipeline, spark_base: Any, view: str
+) -> None:
     spark = spark_base.newSession()
 
     def join(name: str) -> tuple[int, ...]:
@@ -151,15 +200,14 @@ def test_spark_reads_one_barrier_under_each_view(pipeline: Pipeline, spark_base:
         return row
 
     with pipeline.advancing(pause_s=0.5):  # leave Spark's JVM a core of the two
+        first = 0
         for i in range(SPARK_READS):
-            view = _spark_catalog(spark, pipeline, f"rr{i}", READ_TOKEN, warehouse=CONSISTENT)
-            first = pipeline.check(join(view))  # type: ignore[arg-type]
-            n = pipeline.committed
-            at_n = _spark_catalog(
-                spark, pipeline, f"b{i}", READ_TOKEN, warehouse=f"lockstep:barrier={n}"
-            )
-            assert pipeline.check(join(at_n)) == n  # type: ignore[arg-type]
-            assert join(view)[0] == first
+            warehouse = _warehouse(pipeline, view)
+            name = _spark_catalog(spark, pipeline, f"{view}_{i}", READ_TOKEN, warehouse=warehouse)
+            n = pipeline.check(join(name))  # type: ignore[arg-type]
+            first = first or n
+            assert view != "barrier" or warehouse.endswith(f"={n}")
+            assert join(name)[0] == n  # the catalog's view has not moved
     assert pipeline.committed > first
 
 

@@ -27,7 +27,9 @@ expiration has passed, fails to load with a message that says so.
 Every view is read-only (a scan's metrics report aside), and moves only when the client
 loads the catalog again. Tables that are not Lockstep's (or became Lockstep's after a pinned
 view was opened) are shown as they are. What a load answers is also what the file its
-``metadata-location`` names says (``view_files``): DuckDB reads that file.
+``metadata-location`` names says, every field as a fresh commit of the view's snapshot would
+have it (``as_of``, ``view_files``): DuckDB reads that file, and picks its snapshot from
+another field than the others do.
 """
 
 from __future__ import annotations
@@ -41,9 +43,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
-from pyiceberg.table.snapshots import Snapshot
 from sqlalchemy import select
 
 from lockstep.barrier.iceberg.naming import lockstep_names
@@ -60,8 +59,9 @@ from lockstep.readers.levels import ConsistencyLevel
 from lockstep.readers.model import Lease
 from lockstep.service.deps import Caller
 from lockstep.service.iceberg import storage
+from lockstep.service.iceberg.as_of import as_of
 from lockstep.service.iceberg.catalog import LoadedTable, ServedCatalog
-from lockstep.service.iceberg.consistency import ref, snapshot_at
+from lockstep.service.iceberg.consistency import snapshot_at
 from lockstep.service.iceberg.names import TableName, loaded_namespace
 from lockstep.service.iceberg.view_files import ViewFiles
 
@@ -270,35 +270,6 @@ class PinnedViews:
         name = next((n for n in names if n in snapshots), None)
         if name is None or loaded.metadata_location is None:
             return loaded
-        snapshot_id = snapshots[name]
-        metadata = as_of(loaded.metadata, snapshot_id)
-        written, location = self.files.file_of(loaded.metadata_location, metadata, snapshot_id)
+        metadata = as_of(loaded.metadata, snapshots[name])
+        written, location = self.files.file_of(loaded.metadata_location, metadata)
         return LoadedTable(written, location)
-
-
-def as_of(metadata: TableMetadata, snapshot_id: int | None) -> TableMetadata:
-    """``metadata`` as it was when ``snapshot_id`` was committed (None: before any): main at
-    it, and no snapshot committed after it, nor a ref or log entry naming one. Engines that
-    pick the newest snapshot of a file rather than its current one (DuckDB 1.5's reads
-    did, under load) thus cannot read past the view's barrier."""
-    pinned = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
-    last = (-1, -1) if pinned is None else _order(pinned)
-    kept = [s for s in metadata.snapshots if _order(s) <= last]
-    ids = {s.snapshot_id for s in kept}
-    refs = {k: r for k, r in metadata.refs.items() if r.snapshot_id in ids and k != MAIN_BRANCH}
-    if snapshot_id is not None:
-        refs[MAIN_BRANCH] = ref(snapshot_id, SnapshotRefType.BRANCH)
-    log = [entry for entry in metadata.snapshot_log if entry.snapshot_id in ids]
-    return metadata.model_copy(
-        update={
-            "current_snapshot_id": snapshot_id,
-            "refs": refs,
-            "snapshots": kept,
-            "snapshot_log": log,
-        }
-    )
-
-
-def _order(snapshot: Snapshot) -> tuple[int, int]:
-    """When a snapshot was committed: its sequence number (v2), else its time (v1)."""
-    return (snapshot.sequence_number or 0, snapshot.timestamp_ms)

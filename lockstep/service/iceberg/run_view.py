@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
+from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.update import (
     AssertRefSnapshotId,
     RemoveSnapshotRefUpdate,
@@ -49,13 +49,13 @@ from lockstep.errors import InvalidRequestError, PermissionDeniedError
 from lockstep.meta_tables.store.sql.schema import JobBarrierRow, JobRow, JobSinkRow, JobSourceRow
 from lockstep.service.deps import Caller
 from lockstep.service.iceberg import storage
+from lockstep.service.iceberg.as_of import as_of
 from lockstep.service.iceberg.catalog import LoadedTable, ServedCatalog
 from lockstep.service.iceberg.commit import TableChange
 from lockstep.service.iceberg.committer import Committer
-from lockstep.service.iceberg.consistency import ref, snapshot_at
+from lockstep.service.iceberg.consistency import snapshot_at
 from lockstep.service.iceberg.names import TableName
 from lockstep.service.iceberg.ownership import Principal
-from lockstep.service.iceberg.pinned import as_of
 from lockstep.service.iceberg.view_files import ViewFiles
 
 RUN_WAREHOUSE = "lockstep:run="  # + the prefix open_run answered
@@ -226,10 +226,7 @@ class RunViews:
                 ours, snapshot_id = snapshot_at(session, table, run.barrier_id)
             if ours:
                 pinned = as_of(loaded.metadata, snapshot_id)
-                key = ("run-source", loaded.metadata_location, snapshot_id)
-                written, location = self.files.file_of(
-                    loaded.metadata_location, pinned, snapshot_id, key=key
-                )
+                written, location = self.files.file_of(loaded.metadata_location, pinned)
                 return LoadedTable(written, location)
         return loaded
 
@@ -238,15 +235,7 @@ class RunViews:
         staged = metadata.refs.get(run.branch)
         if staged is None:  # nothing staged and nothing published: the table as it is
             return LoadedTable(metadata, location)
-        head = staged.snapshot_id
-        shown = metadata.model_copy(
-            update={
-                "current_snapshot_id": head,
-                "refs": {**metadata.refs, MAIN_BRANCH: ref(head, SnapshotRefType.BRANCH)},
-            }
-        )
-        key = ("run-sink", location, run.branch, head)
-        written, file = self.files.file_of(location, shown, head, key=key)
+        written, file = self.files.file_of(location, as_of(metadata, staged.snapshot_id))
         return LoadedTable(written, file)
 
     # -- changing ------------------------------------------------------------------------
