@@ -13,8 +13,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# The jars Lockstep puts on a JVM come from Maven Central by their pinned coordinates
+# (barrier/jars.py) into ~/.cache/lockstep/jars ($LOCKSTEP_CACHE), once: offline afterwards.
 $(VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev,spark,service,kafka,lineage]' --config-settings editable_mode=strict
+	$(BIN)/lockstep fetch > /dev/null
 	touch $@
 
 # dbt for tests/test_exec_dbt.py, in an environment of its own: a dbt project's models run

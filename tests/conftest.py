@@ -73,11 +73,12 @@ def spark_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSessio
     """One local SparkSession (one JVM) for the whole test run; with the PostgreSQL JDBC
     driver on its class path where installed, for the JDBC-catalog tests."""
     pytest.importorskip("pyspark")
-    from lockstep.barrier.iceberg.catalog import DEBIAN_POSTGRESQL_JAR
+    from lockstep.barrier.jars import jar_path
     from lockstep.barrier.runtime.spark_session import SparkConfig, create_spark_session
 
     warehouse = tmp_path_factory.mktemp("warehouse")
-    jars = (str(DEBIAN_POSTGRESQL_JAR),) if DEBIAN_POSTGRESQL_JAR.is_file() else ()
+    driver = jar_path("postgresql")
+    jars = (str(driver),) if driver.is_file() else ()
     catalog = IcebergCatalog.hadoop("lockstep", warehouse)
     spark = create_spark_session(SparkConfig(catalog, jars=jars))
     yield spark

@@ -1,7 +1,7 @@
 """Iceberg's JDBC catalog on a throwaway PostgreSQL database, for the catalog tests.
 
-The database comes from ``pg_server``; the driver jar is Debian's (``libpostgresql-jdbc-java``,
-installed by ``.ci/run``). Without the jar the tests skip, except in CI
+The database comes from ``pg_server``; the driver jar is Lockstep's pinned one, from its jar
+cache (``lockstep fetch``, which ``make`` runs). Without the jar the tests skip, except in CI
 (``LOCKSTEP_REQUIRE_POSTGRES=1``), where they fail.
 """
 
@@ -16,14 +16,14 @@ import pytest
 from pg_server import REQUIRE_ENV
 from sqlalchemy import make_url
 
-from lockstep.barrier.iceberg.catalog import DEBIAN_POSTGRESQL_JAR
+from lockstep.barrier.jars import jar_path
 from lockstep.config import settings_text
 
 
 def require_driver_jar() -> None:
-    if DEBIAN_POSTGRESQL_JAR.is_file():
+    if jar_path("postgresql").is_file():
         return
-    reason = f"no PostgreSQL JDBC driver at {DEBIAN_POSTGRESQL_JAR} (libpostgresql-jdbc-java)"
+    reason = f"no PostgreSQL JDBC driver at {jar_path('postgresql')} (lockstep fetch postgresql)"
     if os.environ.get(REQUIRE_ENV):
         pytest.fail(f"the JDBC catalog tests must run ({REQUIRE_ENV} is set) but {reason}")
     pytest.skip(reason)

@@ -12,9 +12,9 @@ import pytest
 from service_fixtures import ADMIN_TOKEN, running
 
 import lockstep
-from lockstep.barrier.iceberg import catalog as catalog_module
 from lockstep.barrier.iceberg.catalog import IcebergCatalog
 from lockstep.barrier.iceberg.tables import IcebergTables
+from lockstep.barrier.jars import CACHE_ENV, MissingJarError, jar_path
 from lockstep.barrier.runtime.spark_session import SparkConfig
 from lockstep.cli.run import _fresh_home
 from lockstep.config import LockstepConfig, settings_text
@@ -96,13 +96,14 @@ def test_spark_gets_the_driver_jar_for_a_postgresql_jdbc_catalog(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runtime = tmp_path / "iceberg-runtime.jar"
-    driver = tmp_path / "postgresql.jar"
     runtime.write_bytes(b"jar")
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    driver = jar_path("postgresql")  # Lockstep's cache, where `lockstep fetch` puts it
+    driver.parent.mkdir(parents=True)
     driver.write_bytes(b"jar")
     catalog = IcebergCatalog.from_mapping(
         {"type": "jdbc", "uri": "jdbc:postgresql://h/db", "warehouse": "file:///w"}
     )
-    monkeypatch.setattr(catalog_module, "DEBIAN_POSTGRESQL_JAR", driver)
     extra = {"spark.jars": str(runtime)}
     settings = SparkConfig(catalog, extra=extra).settings()
     assert settings["spark.jars"] == f"{runtime},{driver}"
@@ -110,8 +111,8 @@ def test_spark_gets_the_driver_jar_for_a_postgresql_jdbc_catalog(
     assert SparkConfig(catalog, jars=(str(driver),), extra=extra).settings()["spark.jars"] == (
         f"{runtime},{driver}"
     )
-    monkeypatch.setattr(catalog_module, "DEBIAN_POSTGRESQL_JAR", tmp_path / "missing.jar")
-    with pytest.raises(ConfigurationError, match="libpostgresql-jdbc-java"):
+    driver.unlink()
+    with pytest.raises(MissingJarError, match="lockstep fetch postgresql"):
         SparkConfig(catalog, extra=extra).settings()
     with pytest.raises(ConfigurationError, match=r"spark jar /nope.jar does not exist"):
         SparkConfig(
@@ -289,13 +290,13 @@ def test_the_demo_takes_a_home_that_holds_only_its_lockstep_toml(tmp_path: Path)
         _fresh_home(str(home))
 
 
-def test_a_driver_in_spark_jars_is_used_instead_of_debians(
+def test_a_driver_in_spark_jars_is_used_instead_of_lockstep_s(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runtime, mine = tmp_path / "iceberg-runtime.jar", tmp_path / "postgresql-42.7.4.jar"
     runtime.write_bytes(b"jar")
     mine.write_bytes(b"jar")
-    monkeypatch.setattr(catalog_module, "DEBIAN_POSTGRESQL_JAR", tmp_path / "missing.jar")
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "empty-cache"))  # none fetched
     catalog = IcebergCatalog.from_mapping({"type": "jdbc", "uri": "jdbc:postgresql://h/db"})
     settings = SparkConfig(catalog, jars=(str(mine),), extra={"spark.jars": str(runtime)})
     assert settings.settings()["spark.jars"] == f"{runtime},{mine}"

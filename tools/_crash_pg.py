@@ -145,7 +145,8 @@ def service_store(
     """A new cluster for a service run: its store's URL, and the ``[catalog]`` table of its
     tables: ``catalog`` if given, else Iceberg's JDBC catalog on the same server when
     Debian's driver jar is installed, else a Hadoop catalog in ``workdir``."""
-    from lockstep.barrier.iceberg.catalog import DEBIAN_POSTGRESQL_JAR, IcebergCatalog
+    from lockstep.barrier.iceberg.catalog import IcebergCatalog
+    from lockstep.barrier.jars import jar_path
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -153,7 +154,7 @@ def service_store(
     cluster = PgCluster.create(port)
     store_url = cluster.create_database("lockstep")
     table = dict(catalog or {})
-    if not table and DEBIAN_POSTGRESQL_JAR.is_file():
+    if not table and jar_path("postgresql").is_file():
         cluster.create_database("iceberg")
         table = {
             "name": "lockstep",

@@ -34,7 +34,7 @@ from _crash_faults import JobPause, LeaderPause, PgRestart
 from _crash_issuer import STOP_FILE as STOP_ISSUER
 from _crash_jobs import FINAL_FILE, JOB_PROCESSES
 from _crash_pg import PgCluster, service_store
-from _crash_procs import Managed
+from _crash_procs import Managed, why_it_ended
 from _crash_reader import READS_FILE
 from _crash_reader import STOP_FILE as STOP_READERS
 from _crash_tokens import RunTokens
@@ -349,7 +349,7 @@ class CrashRun:
                 self.log(f"{process.name} killed itself at LOCKSTEP_FAULT={process.fault}")
             else:
                 output = process.last_output(max_chars=OUTPUT_CHARS)
-                message = f"{process.name} exited with {code}: {_why(output)}"
+                message = f"{process.name} exited with {code}: {why_it_ended(output)}"
                 expected = self._expected(process, output)
                 (self.result.expected_errors if expected else self.result.errors).append(message)
                 self.log(message)
@@ -478,16 +478,6 @@ class CrashRun:
             replica.stop()
         self.log(f"all jobs wrote barrier {final}")
         return final
-
-
-def _why(output: str) -> str:
-    """What a process's output says about why it ended: its last exception line (a Java
-    or Python exception's name and message), else its last line that is not a stack
-    frame."""
-    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
-    said = [line for line in lines if not line.startswith(("at ", "File ", "..."))]
-    errors = [line for line in said if "Exception" in line or "Error" in line]
-    return (errors or said or [""])[-1][:500]
 
 
 def _utc(moment: datetime) -> datetime:

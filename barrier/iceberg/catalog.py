@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
+from lockstep.barrier.jars import require_jar
 from lockstep.errors import CatalogError, ConfigurationError
 
 if TYPE_CHECKING:
@@ -46,14 +47,13 @@ CATALOG_TYPES = ("hadoop", "jdbc", "rest", "hive", "glue")
 # PostgreSQL's SQL states for a connection it ended: admin shutdown, crash shutdown, starting
 PG_RESTART_STATES = "57P01,57P02,57P03"
 SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
-# Debian's libpostgresql-jdbc-java puts the driver here (`dpkg -L libpostgresql-jdbc-java`)
 # Lockstep's own REST catalog (``lockstep serve`` with ``[iceberg]``) fences and stamps job
 # commits itself: its config's defaults say so, and a job's instance names itself in headers
 COMMIT_GUARD_PROPERTY = "lockstep.commit-guard"
 JOB_HEADER = "X-Lockstep-Job"
 TOKEN_HEADER = "X-Lockstep-Token"
 REVISION_HEADER = "X-Lockstep-Revision"
-DEBIAN_POSTGRESQL_JAR = Path("/usr/share/java/postgresql.jar")
+POSTGRESQL_DRIVER = "postgresql"  # the jar of lockstep.barrier.jars for a jdbc:postgresql: URI
 # Java-only properties: pyiceberg picks its FileIO by the URI scheme and has no caching
 _JAVA_ONLY = frozenset({"io-impl", "cache-enabled", "cache.expiration-interval-ms", "clients"})
 _PYTHON_ONLY = frozenset({"py-io-impl", "py-catalog-impl"})
@@ -216,17 +216,11 @@ class IcebergCatalog:
     def spark_jars(self, configured: Sequence[str] = ()) -> list[str]:
         """Jars this catalog needs in Spark beyond Iceberg's runtime and the ``configured``
         ones: for a ``jdbc:postgresql:`` URI with no PostgreSQL driver among them, the one
-        Debian's ``libpostgresql-jdbc-java`` installs."""
+        Lockstep fetches (``lockstep fetch postgresql``)."""
         uri = self.spark_overrides.get("uri") or self.properties.get("uri", "")
         has_driver = any("postgresql" in Path(j).name.lower() for j in configured)
         if self.type == "jdbc" and uri.startswith("jdbc:postgresql:") and not has_driver:
-            if not DEBIAN_POSTGRESQL_JAR.is_file():
-                raise ConfigurationError(
-                    f"catalog.uri is {_redact(uri)}, but the PostgreSQL JDBC driver is not "
-                    f"installed: apt-get install libpostgresql-jdbc-java (it provides "
-                    f"{DEBIAN_POSTGRESQL_JAR}), or add the driver jar to [spark] jars"
-                )
-            return [str(DEBIAN_POSTGRESQL_JAR)]
+            return [str(require_jar(POSTGRESQL_DRIVER))]
         return []
 
     # -- pyiceberg -----------------------------------------------------------------------

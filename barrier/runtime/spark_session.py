@@ -1,11 +1,12 @@
 """A SparkSession configured for a Lockstep home's Iceberg catalog.
 
-Zero-setup default: local Spark, the Apache Iceberg runtime jar found in the installed
-``snowpark-connect-deps-iceberg`` package, a Hadoop catalog over the home's ``warehouse/``.
-Everything is overridable for a cluster: the master URL, the catalog (JDBC, REST, Hive,
-Glue: :class:`~lockstep.barrier.iceberg.catalog.IcebergCatalog`), extra jars (a JDBC
-driver, a cloud bundle), ``spark.jars.packages`` (where Maven is reachable) instead of the
-local jar, and any further ``spark.*`` setting.
+Zero-setup default: local Spark, the Apache Iceberg runtime jar for the installed PySpark
+from Lockstep's jar cache (``jars``: fetched from Maven Central by ``lockstep fetch``), a
+Hadoop catalog over the home's ``warehouse/``. Everything is overridable for a cluster: the
+master URL, the catalog (JDBC, REST, Hive, Glue:
+:class:`~lockstep.barrier.iceberg.catalog.IcebergCatalog`), extra jars (a JDBC driver, a
+cloud bundle), ``spark.jars`` or ``spark.jars.packages`` instead of the cached jar, and any
+further ``spark.*`` setting.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
 
     from lockstep.barrier.iceberg.catalog import IcebergCatalog
 
-ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
-ICEBERG_JAR_PACKAGE = "snowpark-connect-deps-iceberg"
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 # A local session is short-lived (a demo, tests, a laptop): C2 JIT compilation then only
 # competes with the work for a few cores. C1 alone halved the wall time of a 4-barrier
@@ -34,21 +33,24 @@ LOCAL_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 PYSPARK_PYTHON_SETTING = "spark.pyspark.python"  # the executors' Python, on a cluster
 
 
-def find_iceberg_runtime_jar() -> Path:
-    """The Iceberg Spark runtime jar shipped by the installed PyPI package."""
-    from importlib.metadata import PackageNotFoundError, distribution
+def find_iceberg_runtime_jar(spark_version: str | None = None) -> Path:
+    """The Iceberg Spark runtime jar for Spark ``spark_version`` (default: the installed
+    PySpark's), from Lockstep's jar cache (MissingJarError: run ``lockstep fetch``)."""
+    from lockstep.barrier.jars import iceberg_runtime_key, require_jar
+
+    if spark_version is None:
+        spark_version = installed_spark_version()
+    return require_jar(iceberg_runtime_key(spark_version))
+
+
+def installed_spark_version() -> str:
+    """The installed PySpark's version (ConfigurationError: none installed)."""
+    from importlib.metadata import PackageNotFoundError, version
 
     try:
-        dist = distribution(ICEBERG_JAR_PACKAGE)
+        return version("pyspark")
     except PackageNotFoundError as e:
-        raise ConfigurationError(
-            "the Iceberg Spark runtime is not installed: pip install 'lockstep[spark]' "
-            "(or set spark.jars.packages where Maven is reachable)"
-        ) from e
-    for file in dist.files or ():
-        if file.name == ICEBERG_JAR:
-            return Path(str(dist.locate_file(file)))
-    raise ConfigurationError(f"{ICEBERG_JAR_PACKAGE} is installed but has no {ICEBERG_JAR}")
+        raise ConfigurationError("PySpark is not installed: pip install 'lockstep[spark]'") from e
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from lockstep.cli.arguments import int_at_least, port, positive_float
 from lockstep.cli.dbt_import import add_import_dbt
 from lockstep.cli.delay import cmd_delay
 from lockstep.cli.exec_cmd import add_exec_command
+from lockstep.cli.fetch import add_fetch_command
 from lockstep.cli.format import (
     Output,
     arrow_rows,
@@ -461,6 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve_command(sub, _Commands(_common_options(top_level=False, client=False)))
     add_ops_commands(sub, cmds)
     add_exec_command(sub, cmds.common)
+    add_fetch_command(sub, _common_options(top_level=False, client=False))
     return parser
 
 
