@@ -128,7 +128,11 @@ def spark_reader(uri: str, token: str) -> Reader:
 
 
 def trino_reader(uri: str, token: str) -> Reader:
+    """Each read on a catalog of its own (``CREATE CATALOG``, then ``DROP CATALOG``): a
+    new name is a new view, as Trino reuses a dropped catalog's for the same name and
+    properties; the properties are ``tools/_trino.py``'s (what a Trino user sets)."""
     import trino
+    from _trino import iceberg_rest_catalog
 
     host, port = os.environ["READER_TRINO"].rsplit(":", 1)
     con = trino.dbapi.connect(host=host, port=int(port), user="reader")
@@ -139,17 +143,8 @@ def trino_reader(uri: str, token: str) -> Reader:
         return list(cursor.fetchall())
 
     def read(warehouse: str | None) -> list[int]:
-        name = f"c{uuid.uuid4().hex[:8]}"  # a new catalog: a new view
-        props = {
-            "iceberg.catalog.type": "rest",
-            "iceberg.rest-catalog.uri": uri,
-            "iceberg.rest-catalog.security": "OAUTH2",
-            "iceberg.rest-catalog.oauth2.token": token,
-            "fs.native-local.enabled": "true",
-            "local.location": "/",
-        }
-        if warehouse is not None:
-            props["iceberg.rest-catalog.warehouse"] = warehouse
+        name = f"c{uuid.uuid4().hex[:8]}"
+        props = iceberg_rest_catalog(uri, token, warehouse)
         spelled = ", ".join(f"\"{k}\" = '{v}'" for k, v in props.items())
         run(f"CREATE CATALOG {name} USING iceberg WITH ({spelled})")
         try:

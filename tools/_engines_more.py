@@ -2,7 +2,7 @@
 
 ``engine_setups(engines, workdir)`` gives, per engine, the Python that runs its reader
 (``_engine_reader.py``) and ``running()``: a context that starts what the engine needs
-and yields the reader's environment.
+(Trino: a server of its own in ``workdir/trino``) and yields the reader's environment.
 """
 
 from __future__ import annotations
@@ -39,11 +39,35 @@ def _spark35() -> AbstractContextManager[Mapping[str, str]]:
     return run()
 
 
+def _trino(workdir: Path) -> Callable[[], AbstractContextManager[Mapping[str, str]]]:
+    """A Trino server (``tools/_trino.py``: Maven Central's 476 on Java 22+, cached) for
+    as long as its reader reads: ``READER_TRINO=host:port``."""
+
+    @contextmanager
+    def run() -> Iterator[Mapping[str, str]]:
+        from _trino import TrinoServer, TrinoUnavailable, java_for_trino, trino_install
+
+        java = java_for_trino()
+        if java is None:
+            raise SystemExit("engine trino: Trino 476 needs Java 22+ ($JAVA_HOME, /usr/lib/jvm)")
+        try:
+            install = trino_install()
+        except TrinoUnavailable as e:
+            raise SystemExit(f"engine trino: {e}") from e
+        folder = workdir / "trino"
+        folder.mkdir(parents=True, exist_ok=True)
+        with TrinoServer(install, java, folder) as server:
+            yield {**os.environ, "READER_TRINO": f"{server.host}:{server.port}"}
+
+    return run
+
+
 def engine_setups(engines: Sequence[str], workdir: Path) -> dict[str, EngineSetup]:
     known: dict[str, EngineSetup] = {
         "pyiceberg": EngineSetup(sys.executable, _plain),
         "duckdb": EngineSetup(sys.executable, _plain),
         "spark": EngineSetup(sys.executable, _spark35),
+        "trino": EngineSetup(sys.executable, _trino(workdir)),
     }
     unknown = [e for e in engines if e not in known]
     if unknown:
