@@ -93,12 +93,19 @@ async def open_consumer(
 
 
 async def partitions_of(consumer: AIOKafkaConsumer, topics: Iterable[str]) -> list[Any]:
-    """Every TopicPartition of ``topics`` (raises if a topic does not exist)."""
+    """Every TopicPartition of ``topics`` (raises if a topic does not exist).
+
+    The metadata of every topic, as the public ``consumer.topics()`` asks for it, keeping the
+    partitions that it drops (through aiokafka's ``_client``: no public call keeps them).
+    ``consumer.partitions_for_topic`` knows only the topics the consumer tracks: none yet on
+    Apache Kafka, every topic on tansu. A request naming the topics would create a missing one
+    on a broker that auto-creates topics (aiokafka's requests allow it).
+    """
     aiokafka = aiokafka_module()
-    await consumer.topics()  # refresh the metadata
+    cluster = await consumer._client.fetch_all_metadata()
     tps: list[Any] = []
     for topic in topics:
-        partitions = consumer.partitions_for_topic(topic)
+        partitions = cluster.partitions_for_topic(topic)
         if not partitions:
             raise ConfigurationError(f"Kafka topic {topic!r} does not exist (or has no partitions)")
         tps.extend(aiokafka.TopicPartition(topic, p) for p in sorted(partitions))
