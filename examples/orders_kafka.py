@@ -11,8 +11,11 @@ their Kafka coordinates and the barrier that loaded them; ``customer_totals`` ke
 ``orders``. A record belongs to the first barrier at or after its timestamp; a late one
 (older than a barrier already cut) is loaded by the next barrier.
 
-Try it against a broker (``KAFKA_BOOTSTRAP=host:port``)::
+Try it against a broker (``KAFKA_BOOTSTRAP=host:port``); from a Lockstep checkout,
+``python tools/_kafka.py --port 9092`` runs Apache Kafka on loopback until Ctrl-C (Java 17+;
+its jars are fetched from Maven Central once)::
 
+    export KAFKA_BOOTSTRAP=127.0.0.1:9092
     python -m lockstep.examples.orders_kafka produce --count 50
     lockstep barrier issue
     python -m lockstep.examples.orders_kafka run load_orders customer_totals

@@ -127,6 +127,27 @@ def schema_registry() -> Iterator[str]:
     thread.join()
 
 
+def transaction(servers: str, topic: str, records: list[ProducerRecord], *, commit: bool) -> None:
+    """Send ``records`` in one transaction, then commit or abort it."""
+
+    async def send() -> None:
+        from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+
+        producer = AIOKafkaProducer(bootstrap_servers=servers, transactional_id=topic)
+        await producer.start()
+        try:
+            await producer.begin_transaction()
+            for r in records:
+                await producer.send_and_wait(
+                    topic, r.value_bytes(), partition=r.partition, timestamp_ms=r.timestamp_ms
+                )
+            await (producer.commit_transaction() if commit else producer.abort_transaction())
+        finally:
+            await producer.stop()
+
+    run_sync(send())
+
+
 def committed(servers: str, group: str, topic: str, partitions: int) -> dict[int, int | None]:
     async def read() -> dict[int, int | None]:
         from aiokafka import TopicPartition  # type: ignore[import-untyped]

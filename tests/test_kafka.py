@@ -2,7 +2,8 @@
 the Avro wire format, and consumer-group commits after WRITTEN (DESIGN §4, issue 5). The
 Spark half is ``test_kafka_spark.py``.
 
-The broker is tansu on loopback (``tests/kafka_broker.py``), or ``KAFKA_BOOTSTRAP``.
+The broker is Apache Kafka on loopback (``tests/kafka_broker.py``), tansu with
+``LOCKSTEP_KAFKA_BROKER=tansu``, or ``KAFKA_BOOTSTRAP``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from kafka_cuts import (
     ids_in,
     rec,
     source_for,
+    transaction,
 )
 
 from lockstep.barrier.sources.kafka.client import create_topic, produce
@@ -39,6 +41,7 @@ from lockstep.barrier.sources.kafka.cut import (
     TimestampTypeError,
     epoch_ms,
 )
+from lockstep.errors import ConfigurationError
 
 # -- pure rules (no broker) -------------------------------------------------------------------
 
@@ -168,6 +171,7 @@ def test_late_records_go_to_the_next_open_barrier(kafka_bootstrap: str, kafka_to
     # after barrier 1 was cut: records stamped in barrier 1, and even before it
     produce(kafka_bootstrap, kafka_topic, [rec("a-late", 0, 9.5), rec("a-older", 0, 0)])
     assert source.plan_cut(barrier(1), None) == cut_1, "a persisted cut is never re-planned"
+    assert sorted(ids_in(source, cut_1)) == ["a1", "b1"], "a replay reads the persisted ranges"
     assert sorted(ids_in(source, book.plan(source, 2))) == ["a-late", "a-older", "b-late", "b2"]
     assert ids_in(source, book.plan(source, 3)) == {}
 
@@ -179,6 +183,40 @@ def test_timestamp_type_mismatch_is_an_error(kafka_bootstrap: str, kafka_topic: 
     source = source_for(kafka_bootstrap, kafka_topic, CutBook(), timestamp_type="LogAppendTime")
     with pytest.raises(TimestampTypeError, match=r"CreateTime, but the source expects LogAppend"):
         source.plan_cut(barrier(1), None)
+
+
+@pytest.mark.kafka
+def test_a_topic_that_does_not_exist_is_named(kafka_bootstrap: str, kafka_topic: str) -> None:
+    source = source_for(kafka_bootstrap, kafka_topic, CutBook())
+    with pytest.raises(ConfigurationError, match=f"Kafka topic '{kafka_topic}' does not exist"):
+        source.plan_cut(barrier(1), None)
+
+
+@pytest.mark.kafka
+def test_read_committed_leaves_aborted_records_out_of_a_barrier(
+    kafka_transactions: str, kafka_topic: str
+) -> None:
+    # the source reads with the client's isolation level: aiokafka's default is
+    # read_uncommitted (aborted records too, as Kafka's own consumer); client_options pick
+    # read_committed. Either way the cut spans the same offsets, the markers' included.
+    servers = kafka_transactions
+    create_topic(servers, kafka_topic, 1)
+    transaction(servers, kafka_topic, [rec("a1", 0, 1), rec("a2", 0, 2)], commit=True)
+    transaction(servers, kafka_topic, [rec("x1", 0, 3)], commit=False)
+    transaction(servers, kafka_topic, [rec("a3", 0, 4)], commit=True)
+    produce(servers, kafka_topic, [rec("b1", 0, 15)])
+    read = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        options = {"isolation_level": isolation}
+        source = source_for(servers, kafka_topic, CutBook(), client_options=options)
+        cut = source.plan_cut(barrier(1), None)
+        assert cut["offsets"][kafka_topic] == {"0": [0, 7]}  # 4 records, 3 markers
+        assert cut["closed_by"][kafka_topic] == {"0": CLOSED_BY_LATER_RECORD}
+        read[isolation] = sorted(ids_in(source, cut))
+    assert read == {
+        "read_committed": ["a1", "a2", "a3"],
+        "read_uncommitted": ["a1", "a2", "a3", "x1"],
+    }
 
 
 @pytest.mark.kafka

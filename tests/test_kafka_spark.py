@@ -3,7 +3,8 @@ root job killed at each protocol point (DESIGN §4, issue 5).
 
 Barriers are issued on a fake clock (ts in the past, 10 s apart), records are produced
 with explicit timestamps, so which barrier a record belongs to is known in advance. The
-broker is tansu on loopback (``tests/kafka_broker.py``), or ``KAFKA_BOOTSTRAP``.
+broker is Apache Kafka on loopback (``tests/kafka_broker.py``), tansu with
+``LOCKSTEP_KAFKA_BROKER=tansu``, or ``KAFKA_BOOTSTRAP``.
 """
 
 from __future__ import annotations
