@@ -2,16 +2,19 @@
 on loopback with a small heap.
 
 - :func:`trino_install`: ``io.trino:trino-server:476`` downloaded once (its published
-  ``.sha1`` and a sha256 pinned here both checked), extracted and trimmed into
-  ``$LOCKSTEP_CACHE/trino-476`` (else ``$XDG_CACHE_HOME/lockstep``, ``~/.cache/lockstep``);
-  later calls find it there and touch no network.
+  ``.sha1`` and a sha256 pinned here both checked), extracted and trimmed into Lockstep's
+  cache, ``trino-476`` beside ``jars/`` (``$LOCKSTEP_CACHE``, else
+  ``~/.cache/lockstep``; ``$LOCKSTEP_MAVEN_REPOSITORY`` for a mirror: the conventions of
+  :mod:`lockstep.barrier.jars`); later calls find it there and touch no network.
 - :func:`java_for_trino`: a ``JAVA_HOME`` Trino accepts (Java 22 or newer).
 - :class:`TrinoServer`: one coordinator that is also its only worker, on a free port,
   with ``catalog.management=dynamic`` so that catalogs are made and dropped by SQL.
 - :func:`iceberg_rest_catalog`: the properties of an Iceberg catalog on a REST catalog
   (Lockstep's served one) whose files are local.
 
-The ``trino`` client is imported only when a query runs.
+The ``trino`` client is imported only when a query runs, and Lockstep only when Trino is
+installed: ``tools/_engine_reader.py``, which imports no Lockstep, uses
+:func:`iceberg_rest_catalog`.
 """
 
 from __future__ import annotations
@@ -41,7 +44,6 @@ from typing import Any
 VERSION = "476"
 # of trino-server-476.tar.gz (821,045,832 bytes), as downloaded from Maven Central
 SHA256 = "cfd5accde17e8ebd251eeeb78aed1f490e77bb3a164d95a0f454bf8a7c1cbd3f"
-MAVEN = "https://repo1.maven.org/maven2"
 JAVA_MIN = 22  # Trino 476 refuses older: "Trino requires Java 22+"
 HEAP = "512M"
 START_TIMEOUT_S = 180.0
@@ -71,23 +73,17 @@ class TrinoChecksumError(RuntimeError):
 # -- getting it -------------------------------------------------------------------------
 
 
-def cache_folder() -> Path:
-    """``$LOCKSTEP_CACHE``, else ``$XDG_CACHE_HOME/lockstep``, else ``~/.cache/lockstep``."""
-    if os.environ.get("LOCKSTEP_CACHE"):
-        return Path(os.environ["LOCKSTEP_CACHE"])
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "lockstep"
-
-
 def trino_install(cache: Path | None = None) -> Path:
     """The trimmed Trino server (a folder with ``bin/launcher``), installed on first use.
 
-    The download comes from ``$LOCKSTEP_MAVEN_REPOSITORY`` (default Maven Central); it is
-    extracted beside the install and renamed into place, so a crash leaves no half
+    ``cache`` defaults to Lockstep's (``lockstep.barrier.jars.cache_dir``). The download
+    is extracted beside the install and renamed into place, so a crash leaves no half
     install, and a lock keeps two processes from installing at once. TrinoUnavailable
     if it cannot be downloaded; TrinoChecksumError if it is not the pinned file.
     """
-    folder = cache or cache_folder()
+    from lockstep.barrier.jars import cache_dir
+
+    folder = cache or cache_dir()
     install = folder / f"trino-{VERSION}"
     if (install / "bin" / "launcher").is_file():
         return install
@@ -117,10 +113,13 @@ def trino_install(cache: Path | None = None) -> Path:
 
 
 def _download(work: Path) -> Path:
-    """The server's tarball in ``work``, both checksums verified."""
-    base = os.environ.get("LOCKSTEP_MAVEN_REPOSITORY", MAVEN).rstrip("/")
-    url = f"{base}/io/trino/trino-server/{VERSION}/trino-server-{VERSION}.tar.gz"
-    target = work / f"trino-server-{VERSION}.tar.gz"
+    """The server's tarball in ``work``, both checksums verified (streamed with progress,
+    which ``lockstep.barrier.jars.fetch_artifact`` does not show for its small jars)."""
+    from lockstep.barrier.jars import MavenArtifact
+
+    artifact = MavenArtifact("io.trino", "trino-server", VERSION, SHA256, extension="tar.gz")
+    url = artifact.url()  # Maven Central, or $LOCKSTEP_MAVEN_REPOSITORY
+    target = work / artifact.file_name
     sha1, sha256 = hashlib.sha1(), hashlib.sha256()
     try:
         with urllib.request.urlopen(f"{url}.sha1", timeout=60) as answer:
