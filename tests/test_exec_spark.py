@@ -2,7 +2,10 @@
 the root a pyiceberg script, ``sum_amount`` a SQL file run by ``spark-sql -f`` and
 ``sum_price`` the same kind of file run by a plain PySpark app under ``spark-submit``. Each
 run is a JVM of its own (seconds each here), so CI runs two barriers;
-``make bench-exec`` runs eight (bench/exec_pipeline.py)."""
+``make bench-exec`` runs eight (bench/exec_pipeline.py).
+
+Over Spark Connect (#45, Spark 4), both SQL files run through the plain PySpark app
+``run_sql.py`` on one warm server (``exec --remote``), each run in a session of its own."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,12 +50,18 @@ def user_spark_conf(folder: Path) -> Path:
 
 
 def exec_job(
-    service: CatalogService, job: str, command: list[str], cwd: Path, env: dict[str, str]
+    service: CatalogService,
+    job: str,
+    command: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    *options: str,
 ) -> subprocess.CompletedProcess[str]:
-    """``lockstep exec JOB --barriers N -- COMMAND`` with the job's own token."""
+    """``lockstep exec JOB --barriers N [OPTIONS] -- COMMAND`` with the job's own token."""
     words = [str(BIN / "lockstep"), "--store", service.url, "--token", SHOPPING_JOB_TOKENS[job]]
+    every = ["--barriers", str(BARRIERS), "--timeout", "300", *options]
     return subprocess.run(
-        [*words, "exec", job, "--barriers", str(BARRIERS), "--timeout", "300", "--", *command],
+        [*words, "exec", job, *every, "--", *command],
         capture_output=True,
         text=True,
         timeout=900,
@@ -63,6 +73,46 @@ def exec_job(
 def test_the_shopping_pipeline_as_unmodified_programs_through_exec(
     iceberg_service: CatalogService, tmp_path: Path
 ) -> None:
+    app = [str(EXAMPLES / "run_sql.py"), str(EXAMPLES / "sum_price.sql")]
+    programs = {
+        "sum_amount": ["spark-sql", "-f", str(EXAMPLES / "sum_amount.sql")],
+        "sum_price": ["spark-submit", *app],
+    }
+    _pipeline_through_exec(iceberg_service, tmp_path, programs)
+
+
+@pytest.fixture(scope="module")
+def connect_server() -> Iterator[str]:
+    """A Spark Connect server (Spark 4) for the module; its URL."""
+    from _spark_connect import ConnectServer, connect_supported
+
+    why = connect_supported()
+    if why is not None:
+        pytest.skip(f"no Spark Connect here: {why} (the Spark 4 tier runs it)")
+    with ConnectServer() as server:
+        yield server.url
+
+
+def test_the_shopping_pipeline_over_spark_connect(
+    iceberg_service: CatalogService, tmp_path: Path, connect_server: str
+) -> None:
+    """The SQL files through the plain PySpark app, each run a session of its own on one
+    warm Spark (no JVM started per barrier)."""
+    programs = {
+        job: [sys.executable, str(EXAMPLES / "run_sql.py"), str(EXAMPLES / f"{job}.sql")]
+        for job in ("sum_amount", "sum_price")
+    }
+    _pipeline_through_exec(iceberg_service, tmp_path, programs, "--remote", connect_server)
+
+
+def _pipeline_through_exec(
+    iceberg_service: CatalogService,
+    tmp_path: Path,
+    programs: dict[str, list[str]],
+    *options: str,
+) -> None:
+    """The root by pyiceberg, then ``programs`` (sum_amount, sum_price) through exec with
+    ``options``, a dashboard reading meanwhile; every tag read back against the truth."""
     import lockstep
     from lockstep.cli.jobs_file import load_jobs_file
     from lockstep.demo import Dashboard
@@ -93,15 +143,10 @@ def test_the_shopping_pipeline_as_unmodified_programs_through_exec(
     stop = threading.Event()
     reader = threading.Thread(target=_read_until, args=(dashboard, stop), daemon=True)
     reader.start()
-    sql = exec_job(
-        iceberg_service,
-        "sum_amount",
-        ["spark-sql", "-f", str(EXAMPLES / "sum_amount.sql")],
-        tmp_path,
-        env,
+    sql = exec_job(iceberg_service, "sum_amount", programs["sum_amount"], tmp_path, env, *options)
+    submitted = exec_job(
+        iceberg_service, "sum_price", programs["sum_price"], tmp_path, env, *options
     )
-    app = [str(EXAMPLES / "run_sql.py"), str(EXAMPLES / "sum_price.sql")]
-    submitted = exec_job(iceberg_service, "sum_price", ["spark-submit", *app], tmp_path, env)
     stop.set()
     reader.join(timeout=120)
     assert sql.returncode == 0, sql.stderr[-3000:]
@@ -134,3 +179,33 @@ def _read_until(dashboard: Any, stop: threading.Event) -> None:
         for level in (ConsistencyLevel.READ_COMMITTED, ConsistencyLevel.REPEATABLE_READ):
             dashboard.read_once(level)
         stop.wait(0.5)
+
+
+def test_each_run_on_spark_connect_sees_its_own_catalog_only(connect_server: str) -> None:
+    """Two runs at once on one server: each session holds its run's view, a third session
+    none, and a run's session is closed when the run ends."""
+    from pyspark.sql import SparkSession
+
+    from lockstep.cli.exec_env import RunCatalog
+    from lockstep.cli.exec_remote import remote_session
+
+    def run(name: str) -> RunCatalog:
+        return RunCatalog("lockstep", "http://c/iceberg", f"token-{name}", f"run-{name}", name)
+
+    key = "spark.sql.catalog.lockstep"
+    with (
+        remote_session(connect_server, run("a")) as url_a,
+        remote_session(connect_server, run("b")) as url_b,
+    ):
+        program_a = SparkSession.builder.remote(url_a).create()  # as SPARK_REMOTE makes it
+        program_b = SparkSession.builder.remote(url_b).create()
+        # (a key named like a token is set but never read back through Spark Connect)
+        assert program_a.conf.get(f"{key}.warehouse") == "run-a"
+        assert program_b.conf.get(f"{key}.warehouse") == "run-b"
+        assert program_a.conf.get("spark.sql.defaultCatalog") == "lockstep"
+        other = SparkSession.builder.remote(connect_server).create()
+        assert other.conf.get(f"{key}.warehouse", "unset") == "unset"
+        other.stop()
+    closed = SparkSession.builder.remote(url_a).create()
+    with pytest.raises(Exception, match="SESSION_CLOSED"):
+        closed.sql("SELECT 1").collect()

@@ -33,6 +33,7 @@ from lockstep.barrier.session import BarrierWaitTimeout
 from lockstep.cli.arguments import int_at_least, positive_float
 from lockstep.cli.exec_env import program_environment
 from lockstep.cli.exec_job import OpenRun, ProgramJob
+from lockstep.cli.exec_remote import REMOTE_ENV, remote_session
 from lockstep.cli.format import Output
 from lockstep.cli.target import client_token, connect_args
 from lockstep.errors import InvalidRequestError
@@ -101,9 +102,12 @@ def _loop(
         run = job.open(barrier)
         _say(f"{job.job_id}: barrier {barrier.barrier_id}: running {' '.join(command)}")
         env = program_environment(run, conf_dir, os.environ)
-        clock.append(time.monotonic())
-        status = _run_program(job, run, command, env, child, args.heartbeat)
-        clock.append(time.monotonic())
+        with _spark_connect(args.remote, run) as spark_remote:
+            if spark_remote is not None:  # the run's own session on the shared Spark
+                env[REMOTE_ENV] = spark_remote
+            clock.append(time.monotonic())
+            status = _run_program(job, run, command, env, child, args.heartbeat)
+            clock.append(time.monotonic())
         if status != 0:
             _say(
                 f"{job.job_id}: the program exited {status}: barrier {barrier.barrier_id} is "
@@ -127,6 +131,18 @@ def _loop(
     data = {"job_id": job.job_id, "written": written, "exit_status": status, "barriers": timings}
     text = f"{job.job_id}: {len(written)} barrier(s) written ({_ids(written)})"
     return Output(data, text, status=status)
+
+
+@contextmanager
+def _spark_connect(remote: str | None, run: OpenRun) -> Iterator[str | None]:
+    """With a Spark Connect server (``--remote``, else ``$SPARK_REMOTE``), a session of the
+    run's own there (``exec_remote``); else nothing."""
+    remote = remote or os.environ.get(REMOTE_ENV)
+    if not remote:
+        yield None
+        return
+    with remote_session(remote, run.catalog) as url:
+        yield url
 
 
 def _wait(job: ProgramJob, timeout_s: float | None, stop: threading.Event) -> Barrier | None:
@@ -205,7 +221,8 @@ def add_exec_command(sub: Any, common: argparse.ArgumentParser) -> None:
         description=summary,
         parents=[common, _options()],
         epilog="The program finds the run's catalog in its environment: SPARK_CONF_DIR, "
-        "PYICEBERG_CATALOG__LOCKSTEP__*, LOCKSTEP_* (docs/exec.md).",
+        "PYICEBERG_CATALOG__LOCKSTEP__*, LOCKSTEP_*, and with --remote SPARK_REMOTE "
+        "(docs/exec.md).",
     )
     # argparse cannot take "JOB [options] -- COMMAND" as positionals (JOB takes an empty
     # COMMAND at once): the words from JOB on are split and parsed again (parse_words)
@@ -233,6 +250,12 @@ def _options() -> argparse.ArgumentParser:
         default=DEFAULT_CATALOG_NAME,
         metavar="NAME",
         help=f"the catalog's name in Spark and pyiceberg (default {DEFAULT_CATALOG_NAME})",
+    )
+    options.add_argument(
+        "--remote",
+        metavar="URL",
+        help="run programs on this Spark Connect server (sc://HOST:PORT), a session of their "
+        "own per run (default: $SPARK_REMOTE)",
     )
     options.add_argument(
         "--heartbeat", type=positive_float, default=HEARTBEAT_S, help=argparse.SUPPRESS

@@ -1,0 +1,98 @@
+"""``lockstep exec --remote sc://...``: a run's program on a warm, shared Spark (Spark Connect).
+
+Starting a JVM is most of what a small Spark job costs a barrier. With ``--remote`` (or
+``$SPARK_REMOTE`` in exec's environment) exec opens, per run, a Spark Connect session of its
+own on that server, sets the run's catalog in it (the catalog's ``spark.sql.catalog.*``
+settings and ``spark.sql.defaultCatalog``: a session's settings, seen by no other session),
+and hands the program ``SPARK_REMOTE`` naming that session (``;session_id=<uuid>``). A
+PySpark program's ``SparkSession.builder.getOrCreate()`` then attaches to it and finds the
+run's catalog; a SQL file runs through a PySpark app that runs its statements
+(``examples/exec_shopping/run_sql.py``: ``spark-sql`` itself cannot use Spark Connect). When
+the program ends, exec closes the session (a program that stopped it already closed it).
+
+Another run's session is another random id: it sees neither this run's view nor its token.
+What a session cannot set, the server must have from its start: the Iceberg runtime jar and
+SQL extensions (docs/exec.md#spark-connect says how to start one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from lockstep.cli.exec_env import EXTENSIONS, RunCatalog, spark_defaults
+from lockstep.errors import ConfigurationError
+
+REMOTE_ENV = "SPARK_REMOTE"
+_SESSION_PARAM = re.compile(r";session_id=[^;]*")
+
+
+def session_url(remote: str, session_id: str) -> str:
+    """``remote`` (``sc://host:port[/;param=value...]``) naming session ``session_id``."""
+    if not remote.startswith("sc://"):
+        raise ConfigurationError(
+            f"--remote {remote!r} is not a Spark Connect URL: give sc://HOST:PORT (with "
+            "/;token=... when the server asks for one)"
+        )
+    base = _SESSION_PARAM.sub("", remote)
+    if "/;" not in base:
+        base = base.rstrip("/") + "/"
+    return f"{base};session_id={session_id}"
+
+
+def run_settings(catalog: RunCatalog) -> dict[str, str]:
+    """The run's catalog, as settings a Spark Connect session takes."""
+    every = spark_defaults(catalog, {}, None)
+    return {
+        key: value
+        for key, value in every.items()
+        if key.startswith("spark.sql.catalog.") or key == "spark.sql.defaultCatalog"
+    }
+
+
+@contextmanager
+def remote_session(remote: str, catalog: RunCatalog) -> Iterator[str]:
+    """A Spark Connect session with the run's catalog set; its URL for the program."""
+    url = session_url(remote, str(uuid.uuid4()))
+    spark = _connect(url)
+    try:
+        extensions = spark.conf.get("spark.sql.extensions", "") or ""
+        if EXTENSIONS not in extensions:
+            raise ConfigurationError(
+                f"the Spark Connect server at {remote.split('/;')[0]} has no Iceberg SQL "
+                f"extensions: start it with --conf spark.sql.extensions={EXTENSIONS} and "
+                "the Iceberg runtime jar (docs/exec.md#spark-connect)"
+            )
+        _set(spark, run_settings(catalog))
+        yield url
+    finally:
+        # closes the server's session; if the program closed it already, that error says
+        # nothing worth keeping: the session is gone either way
+        with contextlib.suppress(Exception):
+            spark.stop()
+
+
+def _connect(url: str) -> Any:
+    try:
+        from pyspark.sql import SparkSession
+    except ModuleNotFoundError as e:
+        raise ConfigurationError(
+            "--remote needs PySpark's Spark Connect client where exec runs: pip install "
+            "'lockstep[spark4]' (or 'pyspark[connect]' of the server's version)"
+        ) from e
+    try:
+        return SparkSession.builder.remote(url).create()
+    except Exception as e:  # grpc, ImportError of a dependency: one line, what to check
+        raise ConfigurationError(
+            f"cannot open a Spark Connect session at {url.split('/;')[0]}: "
+            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        ) from e
+
+
+def _set(spark: Any, settings: Mapping[str, str]) -> None:
+    for key, value in settings.items():
+        spark.conf.set(key, value)
