@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PKG_DIRS := $(shell find lockstep topology barrier readers meta_tables examples -type d -not -name __pycache__)
 
-.PHONY: demo test test-fast lint typecheck format clean bench bench-coordinator bench-scaling \
+.PHONY: demo test test-fast test-spark4 servers lint typecheck format clean bench bench-coordinator bench-scaling \
 	bench-pipeline bench-platform bench-exec crash-check crash-check-exec
 
 # The venv, with the project installed editable (strict mode: a link tree that type checkers
@@ -19,6 +19,26 @@ $(VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev,spark,service,kafka,lineage]' --config-settings editable_mode=strict
 	$(BIN)/lockstep fetch > /dev/null
 	touch $@
+
+# Spark 4: the project again in an environment of its own (one PySpark an environment), with
+# its Iceberg runtime (iceberg-spark-4.0) and the Spark Connect client. make test runs the
+# Spark 4 tier in it: the demo, the Spark smoke tests, the exec examples (spawned and over
+# Spark Connect) and the engines' reads under each view.
+SPARK4_VENV := .venv-spark4
+SPARK4_TESTS := tests/test_spark_smoke.py tests/test_demo.py tests/test_exec_spark.py \
+	tests/test_iceberg_rest_engines.py
+$(SPARK4_VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(VENV)/.installed
+	$(PYTHON) -m venv $(SPARK4_VENV)
+	$(SPARK4_VENV)/bin/pip install -q --upgrade pip
+	$(SPARK4_VENV)/bin/pip install -q -e '.[dev,spark4,service,kafka,lineage]' --config-settings editable_mode=strict
+	$(SPARK4_VENV)/bin/lockstep fetch > /dev/null
+	touch $@
+
+# The servers the engine and Kafka tests start, fetched from Maven Central before the tests
+# (Trino 476, Apache Kafka 4.1.2: tools/_trino.py, tools/_kafka.py; cached, offline after).
+servers: $(VENV)/.installed
+	$(BIN)/python tools/_kafka.py --fetch > /dev/null
+	$(BIN)/python tools/_trino.py > /dev/null
 
 # dbt for tests/test_exec_dbt.py, in an environment of its own: a dbt project's models run
 # under `lockstep exec` like any program (and dbt 1.10's pins conflict with mypy's).
@@ -35,8 +55,13 @@ demo: $(VENV)/.installed
 # the suite waits on JVMs, subprocesses and servers, so two cores run it in ~15 minutes
 # instead of ~26. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
-test: $(VENV)/.installed $(DBT_VENV)/.installed lint
+test: $(VENV)/.installed $(DBT_VENV)/.installed $(SPARK4_VENV)/.installed servers lint
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	$(SPARK4_VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(SPARK4_TESTS)
+
+# the Spark 4 tier alone
+test-spark4: $(SPARK4_VENV)/.installed
+	$(SPARK4_VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(SPARK4_TESTS)
 
 test-fast: $(VENV)/.installed
 	$(BIN)/pytest -m "not spark and not kafka and not postgres and not slow"
@@ -84,4 +109,4 @@ crash-check-exec: $(VENV)/.installed
 	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --jobs exec
 
 clean:
-	rm -rf $(VENV) build .typecheck .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(SPARK4_VENV) $(DBT_VENV) build .typecheck .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -383,3 +383,7 @@ def _identifier(name: str) -> str:
     if not _CATALOG_NAME.match(name):
         raise ValueError(f"catalog name {name!r}: use lower-case letters, digits and _")
     return name
+
+
+if __name__ == "__main__":  # `python tools/_trino.py`: install it (make test does), say where
+    print(trino_install())
