@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find lockstep topology barrier readers meta_tables examples -type d -not -name __pycache__)
 
 .PHONY: demo test test-fast test-spark4 servers lint typecheck format clean bench bench-coordinator bench-scaling \
-	bench-pipeline bench-platform bench-exec crash-check crash-check-exec
+	bench-pipeline bench-platform bench-exec bench-exec-connect crash-check crash-check-exec
 
 # The venv, with the project installed editable (strict mode: a link tree that type checkers
 # and tools can follow). Re-installed when pyproject.toml changes or a package file is added.
@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(BIN)/python
 # Spark Connect) and the engines' reads under each view.
 SPARK4_VENV := .venv-spark4
 SPARK4_TESTS := tests/test_spark_smoke.py tests/test_demo.py tests/test_exec_spark.py \
-	tests/test_iceberg_rest_engines.py
+	tests/test_iceberg_rest_engines.py tests/test_bench_exec_connect_smoke.py
 $(SPARK4_VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(VENV)/.installed
 	$(PYTHON) -m venv $(SPARK4_VENV)
 	$(SPARK4_VENV)/bin/pip install -q --upgrade pip
@@ -95,6 +95,11 @@ bench-pipeline: $(VENV)/.installed
 
 bench-platform: $(VENV)/.installed
 	$(BIN)/python bench/platform_scale.py
+
+# lockstep exec over Spark Connect (Spark 4): a job per barrier by exec spawning spark-sql or
+# spark-submit, by exec over one warm Spark Connect server, and in the Python runtime
+bench-exec-connect: $(SPARK4_VENV)/.installed
+	$(SPARK4_VENV)/bin/python bench/exec_connect.py --barriers 8
 
 # lockstep exec: a SQL job by exec vs plainly vs the Python runtime, and the shopping
 # pipeline as programs through exec --loop (8 barriers, Spark: ~15 min here)

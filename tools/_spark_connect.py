@@ -25,6 +25,7 @@ from types import TracebackType
 START_TIMEOUT_S = 180.0
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"  # PySpark's: set by a process's first remote()
 
 
 def connect_supported() -> str | None:
@@ -103,6 +104,14 @@ class ConnectServer:
         return self
 
     def _wait_ready(self) -> None:
+        mode = os.environ.get(CONNECT_MODE)
+        try:
+            self._poll()
+        finally:  # a Connect session flags the process: a local session would refuse to start
+            if mode is None:
+                os.environ.pop(CONNECT_MODE, None)
+
+    def _poll(self) -> None:
         from pyspark.sql import SparkSession
 
         deadline = time.monotonic() + START_TIMEOUT_S

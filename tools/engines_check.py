@@ -13,8 +13,8 @@ and meanwhile has each engine read the three tables ``--reads`` times under each
 a new catalog per read (``tools/_engine_reader.py``, no Lockstep import on the reading
 side), its seven-number fingerprint checked against the ground truth of every barrier
 (``tools/_engines_truth.py``). ``plain`` (no view) is the control: it must find mixed
-reads. Engines: ``pyiceberg``, ``duckdb``, ``spark`` (3.5, the project's), and the ones
-``tools/_engines_more.py`` sets up (``spark4``, ``trino``).
+reads. Engines (``tools/_engines_more.py``): ``pyiceberg``, ``duckdb``, ``spark`` (3.5, the
+project's), ``spark4`` (in ``.venv-spark4``) and ``trino`` (a server of its own).
 
 Exits 1 if a read under a view was wrong or failed, if the control found no mixed read,
 or if the demo advanced fewer than ``--min-barriers`` barriers while the engines read.
@@ -79,7 +79,7 @@ class EngineProcess:
         self.engine = engine
         with log.open("ab") as errors:  # the engine's own chatter (JVM warnings...)
             self.process = subprocess.Popen(
-                [python, str(READER), engine.removesuffix("4"), uri, token],
+                [python, str(READER), engine.removesuffix("4"), uri, token],  # spark4: spark
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=errors,
@@ -195,7 +195,7 @@ def report(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--engines", default="pyiceberg,duckdb,spark")
+    parser.add_argument("--engines", default="pyiceberg,duckdb,spark,spark4,trino")
     parser.add_argument("--views", default=",".join(VIEWS))
     parser.add_argument("--reads", type=int, default=100, help="reads per engine and view")
     parser.add_argument("--min-barriers", type=int, default=20, help="per engine's reads")

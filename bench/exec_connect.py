@@ -1,0 +1,181 @@
+"""What a barrier of an exec'd Spark job costs over Spark Connect, beside spawning a JVM.
+
+Per barrier, the shopping pipeline's ``sum_amount`` five ways, each on a served catalog of
+its own (in this process, SQLite store, local warehouse), the order rotated barrier by
+barrier:
+
+- ``exec spark-sql``: ``lockstep exec sum_amount -- spark-sql -f sum_amount.sql`` (a JVM a
+  barrier, the SQL job as most users run it);
+- ``exec spark-submit``: the same job as a PySpark app (``sum_app.py``) by ``spark-submit``;
+- ``exec connect sql``: the SQL file through ``run_sql.py`` with ``exec --remote``, on one
+  warm Spark Connect server;
+- ``exec connect app``: ``sum_app.py`` with ``exec --remote``;
+- ``runtime``: the same job in Lockstep's Python runtime (one warm JVM in this process).
+
+Each exec is a ``lockstep exec`` process for one barrier (as cron would run it). It prints
+each way's p50, its ratio to the runtime's, and where exec's time goes (the CLI's start,
+attach, the run's opening with its Spark Connect session, the program, the publish).
+It needs Spark 4 (its wheel carries the Connect server): run it in ``.venv-spark4``.
+
+    .venv-spark4/bin/python bench/exec_connect.py --barriers 8
+    .venv-spark4/bin/python bench/exec_connect.py --quick      # the smoke run: 1 barrier
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+
+from _exec_parts import (
+    ADMIN,
+    EXAMPLES,
+    Served,
+    environment,
+    root_command,
+    run_exec,
+    serve,
+    user_spark_conf,
+)
+from _output import format_rows, machine, say, write_json
+
+PY = sys.executable
+WAYS: dict[str, tuple[list[str], bool]] = {  # way -> (the program, over Spark Connect)
+    "exec spark-sql": (["spark-sql", "-f", str(EXAMPLES / "sum_amount.sql")], False),
+    "exec spark-submit": (["spark-submit", str(EXAMPLES / "sum_app.py"), "amount"], False),
+    "exec connect sql": (
+        [PY, str(EXAMPLES / "run_sql.py"), str(EXAMPLES / "sum_amount.sql")],
+        True,
+    ),
+    "exec connect app": ([PY, str(EXAMPLES / "sum_app.py"), "amount"], True),
+}
+RUNTIME = "runtime"
+
+
+def _connect(served: Served) -> Any:
+    import lockstep
+
+    catalog = {"type": "rest", "uri": served.uri, "token": ADMIN}
+    ls = lockstep.connect(served.url, token=ADMIN, catalog=catalog)
+    ls.register_job("load_shopping", sinks=["shopping"])
+    ls.register_job("sum_amount", sources=["shopping"], sinks=["user_item_amount"])
+    from pyiceberg.catalog import load_catalog
+
+    load_catalog("admin", **catalog).create_namespace("default")
+    return ls
+
+
+def _runtime(ls: Any) -> Any:
+    """sum_amount in Lockstep's Python runtime, on one warm JVM."""
+    from lockstep.barrier.runtime.runner import JobRunner
+    from lockstep.examples.shopping import sum_amount
+
+    runner = JobRunner(ls.store, sum_amount, ls.spark().newSession(), ls.iceberg)
+    runner.start()
+    return runner
+
+
+def measure(barriers: int, work: Path, remote: str) -> dict[str, list[dict[str, float]]]:
+    env = environment(user_spark_conf(work / "user-conf"))
+    served = {way: serve(work / way.replace(" ", "-")) for way in [*WAYS, RUNTIME]}
+    lss = {way: _connect(s) for way, s in served.items()}
+    runner = _runtime(lss[RUNTIME])
+    times: dict[str, list[dict[str, float]]] = {way: [] for way in served}
+    ways = list(served)
+    for index in range(barriers):
+        rotated = ways[index % len(ways) :] + ways[: index % len(ways)]
+        for way in rotated:
+            b = lss[way].issue_barrier().barrier_id
+            run_exec(served[way], "load_shopping", ["--", *root_command()], work, env)
+            if way == RUNTIME:
+                started = time.perf_counter()
+                assert runner.run(max_barriers=1) == 1
+                times[way].append({"wall": time.perf_counter() - started})
+                continue
+            command, over_connect = WAYS[way]
+            options = ["--remote", remote] if over_connect else []
+            done = run_exec(
+                served[way], "sum_amount", [*options, "--timeout", "300", "--", *command], work, env
+            )
+            times[way].append(_parts(done))
+        say(f"barrier {b} done ({index + 1} of {barriers})")
+    _check(served, barriers)
+    return times
+
+
+def _parts(done: Any) -> dict[str, float]:
+    (barrier,) = done.report["barriers"]
+    parts = {
+        "wall": done.wall_s,
+        "start": done.report["start_s"],
+        "open": barrier["open_s"],
+        "program": barrier["program_s"],
+        "publish": barrier["publish_s"],
+    }
+    parts["cli"] = parts["wall"] - sum(parts[k] for k in ("start", "open", "program", "publish"))
+    return parts
+
+
+def _check(served: dict[str, Served], barriers: int) -> None:
+    """Every way's ``user_item_amount`` at every ``lockstep_b<N>`` equals the truth."""
+    from pyiceberg.catalog import load_catalog
+
+    from lockstep.examples.shopping import expected_sums
+
+    for way, where in served.items():
+        table = load_catalog(way, type="rest", uri=where.uri, token=ADMIN).load_table(
+            "default.user_item_amount"
+        )
+        for barrier in range(1, barriers + 1):
+            snapshot = table.snapshot_by_name(f"lockstep_b{barrier}")
+            assert snapshot is not None, f"{way}: no lockstep_b{barrier}"
+            rows = table.scan(snapshot_id=snapshot.snapshot_id).to_arrow().to_pylist()
+            got = {(r["user_id"], r["item_id"]): r["amount"] for r in rows}
+            truth = {k: v[0] for k, v in expected_sums(barrier).items()}
+            if got != truth:
+                raise AssertionError(f"{way}: user_item_amount at barrier {barrier} is wrong")
+
+
+def table(times: dict[str, list[dict[str, float]]]) -> str:
+    base = statistics.median(m["wall"] for m in times[RUNTIME])
+    rows = []
+    for way, measured in times.items():
+        p50 = statistics.median(m["wall"] for m in measured)
+        parts = sorted({k for m in measured for k in m} - {"wall"})
+        where = ", ".join(f"{p} {statistics.median(m[p] for m in measured):.2f}" for p in parts)
+        rows.append([way, len(measured), round(p50, 2), f"{p50 / base:.2f}x", where])
+    heads = ["way", "barriers", "p50 s", "vs runtime", "where exec's time goes (p50 s)"]
+    return format_rows(heads, rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--barriers", type=int, default=8)
+    parser.add_argument("--quick", action="store_true", help="the smoke run: 1 barrier")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    from _spark_connect import ConnectServer, connect_supported
+
+    why = connect_supported()
+    if why is not None:
+        print(f"cannot run: {why}; run it in .venv-spark4", file=sys.stderr)
+        return 2
+    barriers = 1 if args.quick else args.barriers
+    work = Path(tempfile.mkdtemp(prefix="lockstep-bench-connect-"))
+    say(f"{barriers} barriers, {len(WAYS) + 1} ways, in {work}; starting Spark Connect")
+    with ConnectServer() as server:
+        times = measure(barriers, work, server.url)
+    print(table(times), flush=True)
+    if args.json:
+        write_json(args.json, {"machine": machine(), "barriers": barriers, "times": times})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

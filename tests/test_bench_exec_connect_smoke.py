@@ -1,0 +1,47 @@
+"""The smoke run of bench/exec_connect.py (#45): its own command at its tiny size
+(``--quick``: one barrier of each way, a Spark Connect server of its own), checked for what
+it prints and writes. Speed is never asserted. Spark 4 only (its wheel has the Connect
+server): the Spark 4 tier runs it (``make test-spark4``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+
+def test_the_connect_benchmark_runs_every_way(tmp_path: Path) -> None:
+    from _spark_connect import connect_supported
+
+    why = connect_supported()
+    if why is not None:
+        pytest.skip(f"no Spark Connect here: {why} (the Spark 4 tier runs it)")
+    out = tmp_path / "figures.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "exec_connect.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    times = json.loads(out.read_text())["times"]
+    assert set(times) == {
+        "exec spark-sql",
+        "exec spark-submit",
+        "exec connect sql",
+        "exec connect app",
+        "runtime",
+    }
+    for way, measured in times.items():
+        assert len(measured) == 1, way
+        assert measured[0]["wall"] > 0
+        if way != "runtime":
+            assert 0 < measured[0]["program"] < measured[0]["wall"], way
+    assert "vs runtime" in done.stdout
