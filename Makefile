@@ -26,7 +26,8 @@ $(VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(BIN)/python
 # Spark Connect) and the engines' reads under each view.
 SPARK4_VENV := .venv-spark4
 SPARK4_TESTS := tests/test_spark_smoke.py tests/test_demo.py tests/test_exec_spark.py \
-	tests/test_iceberg_rest_engines.py tests/test_bench_exec_connect_smoke.py
+	tests/test_iceberg_rest_engines.py tests/test_bench_exec_connect_smoke.py \
+	tests/test_crash_exec.py::test_exec_programs_on_spark_connect_killed_at_random_lose_and_duplicate_nothing
 $(SPARK4_VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(VENV)/.installed
 	$(PYTHON) -m venv $(SPARK4_VENV)
 	$(SPARK4_VENV)/bin/pip install -q --upgrade pip

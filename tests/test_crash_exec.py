@@ -5,21 +5,42 @@ running programs, exec processes themselves (their programs run on, orphaned, an
 fenced), and restarts exec to kill itself right after PROCESSED or after the publish.
 Required: every kind made, nothing lost or duplicated at any barrier, every aggregate equal
 to the ground truth at every barrier, no inconsistent read_committed or repeatable_read
-read. The long version: ``tools/crash_check.py --jobs exec --minutes N``."""
+read. The long version: ``tools/crash_check.py --jobs exec --minutes N``.
+
+Over Spark Connect (#45, Spark 4 tier): the intermediate job a PySpark program on one
+shared server, a session per run (``exec --remote``); a program killed mid-statement
+leaves the server to finish it, and that late commit must be refused. The long version:
+``.venv-spark4/bin/python tools/crash_check.py --jobs exec --spark-connect``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from _crash_exec import KINDS, run_exec_mode
+from _crash_exec import KINDS, ExecResult, run_exec_mode
 
 pytestmark = pytest.mark.slow
 
 
 def test_exec_programs_killed_at_random_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     pytest.importorskip("pyiceberg")
-    result = run_exec_mode(tmp_path, seed=41, chaos_s=15.0, extra_s=90.0)
+    _holds(run_exec_mode(tmp_path, seed=41, chaos_s=15.0, extra_s=90.0))
+
+
+@pytest.mark.spark
+def test_exec_programs_on_spark_connect_killed_at_random_lose_and_duplicate_nothing(
+    tmp_path: Path,
+) -> None:
+    from _spark_connect import ConnectServer, connect_supported
+
+    why = connect_supported()
+    if why is not None:
+        pytest.skip(f"no Spark Connect here: {why} (the Spark 4 tier runs it)")
+    with ConnectServer() as server:
+        _holds(run_exec_mode(tmp_path, seed=45, chaos_s=20.0, extra_s=120.0, remote=server.url))
+
+
+def _holds(result: ExecResult) -> None:
     print(result.summary())
     assert all(result.made[kind] >= 1 for kind in KINDS), result.made
     assert result.barriers >= 3

@@ -85,9 +85,15 @@ STRICT = ("read_committed", "repeatable_read")
 
 
 def run_exec_mode(
-    workdir: Path, seed: int, chaos_s: float = 40.0, extra_s: float = 60.0
+    workdir: Path,
+    seed: int,
+    chaos_s: float = 40.0,
+    extra_s: float = 60.0,
+    *,
+    remote: str | None = None,
 ) -> ExecResult:
-    """One run in ``workdir``; its figures and verdict."""
+    """One run in ``workdir``; its figures and verdict. With ``remote`` (a Spark Connect
+    URL) the intermediate job is a PySpark program on that server, a session per run."""
     from _crash_exec_check import check_tables, serve
 
     rng = random.Random(seed)
@@ -98,11 +104,16 @@ def run_exec_mode(
     ls.register_job("load_shopping", sinks=["shopping"])
     ls.register_job("sums", sources=["shopping"], sinks=["user_item_amount", "user_item_price"])
     served.catalog().create_namespace("default")
+    sums = "_crash_exec_sums.py" if remote is None else "_crash_exec_sums_spark.py"
     jobs = {
         "load_shopping": [sys.executable, str(EXAMPLES / "load_shopping.py")],
-        "sums": [sys.executable, str(TOOLS / "_crash_exec_sums.py")],
+        "sums": [sys.executable, str(TOOLS / sums)],
     }
-    procs = {job: _exec_process(served, job, command, workdir) for job, command in jobs.items()}
+    options = {"sums": ["--remote", remote] if remote else []}
+    procs = {
+        job: _exec_process(served, job, [*options.get(job, []), "--", *command], workdir)
+        for job, command in jobs.items()
+    }
     for proc in procs.values():
         proc.start()
     stop_reads, dashboard = threading.Event(), served.dashboard()
@@ -135,7 +146,8 @@ def run_exec_mode(
     return result
 
 
-def _exec_process(served: Any, job: str, command: list[str], workdir: Path) -> Managed:
+def _exec_process(served: Any, job: str, words: list[str], workdir: Path) -> Managed:
+    """``lockstep exec JOB --loop WORDS`` (WORDS: options, ``--``, the program)."""
     argv = [
         str(Path(sys.executable).parent / "lockstep"),
         "--store",
@@ -147,8 +159,7 @@ def _exec_process(served: Any, job: str, command: list[str], workdir: Path) -> M
         "--loop",
         "--heartbeat",
         "1",
-        "--",
-        *command,
+        *words,
     ]
     return Managed(job, argv, workdir, workdir / f"{job}.log", env={"PYTHONUNBUFFERED": "1"})
 
@@ -240,7 +251,9 @@ def _read(dashboard: Any, stop: threading.Event) -> None:
         stop.wait(0.1)
 
 
-def exec_runs(minutes: float, seed: int, chaos_s: float, workdir: Path | None) -> list[ExecResult]:
+def exec_runs(
+    minutes: float, seed: int, chaos_s: float, workdir: Path | None, remote: str | None = None
+) -> list[ExecResult]:
     """Exec-mode runs until ``minutes`` have passed (at least one); each printed."""
     import shutil
     import tempfile
@@ -252,7 +265,7 @@ def exec_runs(minutes: float, seed: int, chaos_s: float, workdir: Path | None) -
         base = workdir if workdir is not None else Path(tempfile.gettempdir())
         path = base / f"crash-exec-{run_seed}-{os.getpid()}"
         path.mkdir(parents=True, exist_ok=True)
-        result = run_exec_mode(path, run_seed, chaos_s)
+        result = run_exec_mode(path, run_seed, chaos_s, remote=remote)
         results.append(result)
         print(result.summary(), flush=True)
         if not result.ok:

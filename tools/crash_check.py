@@ -152,6 +152,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="runtime: the deep pipeline's jobs in Lockstep's runtime; exec: the shopping "
         "pipeline as plain programs under `lockstep exec --loop` (tools/_crash_exec.py)",
     )
+    parser.add_argument(
+        "--spark-connect",
+        action="store_true",
+        help="with --jobs exec: the intermediate job a PySpark program on a Spark Connect "
+        "server (exec --remote; Spark 4: run it in .venv-spark4)",
+    )
     parser.add_argument("--workdir", type=Path, help="keep each run's home and logs here")
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
     args = parser.parse_args(argv)
@@ -159,10 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     modes = ["embedded", "service"] if args.coordinator == "both" else [args.coordinator]
     seed = args.seed if args.seed is not None else int(time.time()) % 100_000
     if args.jobs == "exec":
-        from _crash_exec import exec_runs
-
-        runs = exec_runs(args.minutes, seed, min(args.chaos_seconds, 60.0), args.workdir)
-        return 0 if all(r.ok for r in runs) else 1
+        return _exec_mode(args, seed)
     deadline = time.monotonic() + args.minutes * 60
     results: list[RunResult] = []
     while not results or time.monotonic() < deadline:
@@ -190,6 +193,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(results) > 1:
         print(summary(results))
     return 0 if all(r.ok for r in results) else 1
+
+
+def _exec_mode(args: argparse.Namespace, seed: int) -> int:
+    from contextlib import nullcontext
+
+    from _crash_exec import exec_runs
+    from _spark_connect import ConnectServer, connect_supported
+
+    if args.spark_connect and connect_supported() is not None:
+        print(f"--spark-connect: {connect_supported()}", file=sys.stderr)
+        return 2
+    with ConnectServer() if args.spark_connect else nullcontext() as server:
+        remote = server.url if server is not None else None
+        chaos = min(args.chaos_seconds, 60.0)
+        runs = exec_runs(args.minutes, seed, chaos, args.workdir, remote)
+    return 0 if all(r.ok for r in runs) else 1
 
 
 if __name__ == "__main__":
