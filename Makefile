@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(BIN)/python
 # Spark Connect) and the engines' reads under each view.
 SPARK4_VENV := .venv-spark4
 SPARK4_TESTS := tests/test_spark_smoke.py tests/test_demo.py tests/test_exec_spark.py \
-	tests/test_iceberg_rest_engines.py tests/test_bench_exec_connect_smoke.py \
+	tests/test_iceberg_rest_engines.py tests/test_bench_exec_connect_smoke.py tests/test_run_remote.py \
 	tests/test_crash_exec.py::test_exec_programs_on_spark_connect_killed_at_random_lose_and_duplicate_nothing
 $(SPARK4_VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(VENV)/.installed
 	$(PYTHON) -m venv $(SPARK4_VENV)
@@ -56,9 +56,13 @@ demo: $(VENV)/.installed
 # the suite waits on JVMs, subprocesses and servers, so two cores run it in ~15 minutes
 # instead of ~26. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
+# The Spark 4 tier runs beside the main suite (one worker; its log printed at the end):
+# most of the suite waits on JVMs and servers, so the two share the cores well.
 test: $(VENV)/.installed $(DBT_VENV)/.installed $(SPARK4_VENV)/.installed servers lint
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
-	$(SPARK4_VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(SPARK4_TESTS)
+	@$(SPARK4_VENV)/bin/pytest -p no:cacheprovider $(SPARK4_TESTS) > .spark4-tier.log 2>&1 & \
+	tier=$$!; $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile; main=$$?; \
+	wait $$tier; spark4=$$?; echo "== the Spark 4 tier ($(SPARK4_VENV)):"; \
+	tail -n 40 .spark4-tier.log; exit $$(( main || spark4 ))
 
 # the Spark 4 tier alone
 test-spark4: $(SPARK4_VENV)/.installed

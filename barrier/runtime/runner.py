@@ -387,22 +387,7 @@ class JobRunner:
                 )
 
     def _input_cuts(self, barrier: Barrier, previous: Barrier | None) -> dict[str, dict[str, Any]]:
-        """Each root source's cut for ``barrier``: the persisted one on a replay (never a
-        fresh look), else a new plan, continuing from the previous barrier's persisted cut,
-        persisted before anything is read."""
-        if not self.job.root_sources:
-            return {}
-        store, job_id, b = self.store, self.job.job_id, barrier.barrier_id
-        persisted = store.input_cuts(job_id, b)
-        before = store.input_cuts(job_id, previous.barrier_id) if previous is not None else {}
-        cuts = {}
-        for source in self.job.root_sources:
-            cut = persisted.get(source.name)
-            if cut is None:
-                planned = source.plan_cut(barrier, previous, before.get(source.name))
-                cut = self.session.persist_input_cut(b, source.name, planned)
-            cuts[source.name] = cut
-        return cuts
+        return input_cuts(self.store, self.session, self.job, barrier, previous)
 
     def _previous_barrier(self, barrier_id: int) -> Barrier | None:
         """The job's last written barrier before this one (None on its first barrier): the
@@ -421,6 +406,31 @@ class JobRunner:
     def _publish(self, table: str, barrier_id: int, snapshot_id: int | None) -> int | None:
         """Make ``snapshot_id`` main's head unless main already holds the barrier."""
         return self._sinks.publish(table, barrier_id, snapshot_id)
+
+
+def input_cuts(
+    store: JobRuntimeStore,
+    session: JobSession,
+    job: Job,
+    barrier: Barrier,
+    previous: Barrier | None,
+) -> dict[str, dict[str, Any]]:
+    """Each root source's cut for ``barrier``: the persisted one on a replay (never a fresh
+    look), else a new plan, continuing from the previous barrier's persisted cut, persisted
+    before anything is read."""
+    if not job.root_sources:
+        return {}
+    job_id, b = job.job_id, barrier.barrier_id
+    persisted = store.input_cuts(job_id, b)
+    before = store.input_cuts(job_id, previous.barrier_id) if previous is not None else {}
+    cuts = {}
+    for source in job.root_sources:
+        cut = persisted.get(source.name)
+        if cut is None:
+            planned = source.plan_cut(barrier, previous, before.get(source.name))
+            cut = session.persist_input_cut(b, source.name, planned)
+        cuts[source.name] = cut
+    return cuts
 
 
 def _fault_point(point: str, barrier_id: int, job_id: str) -> None:

@@ -407,6 +407,12 @@ def _add_run_commands(sub: Any, cmds: _Commands) -> None:
         "--master", metavar="URL", help="Spark master (default: [spark] master, or local[2])"
     )
     run.add_argument(
+        "--remote",
+        metavar="URL",
+        help="run the steps on this Spark Connect server (sc://HOST:PORT), through the "
+        "service's catalog (default: $SPARK_REMOTE)",
+    )
+    run.add_argument(
         "--restart",
         action="store_true",
         help="restart a job that fails or is fenced, after a backoff (1 s, doubling to 60 s); "

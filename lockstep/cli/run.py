@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import tempfile
@@ -11,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lockstep.cli.format import Output, demo_summary_text
 from lockstep.cli.target import explain
@@ -33,33 +34,54 @@ def cmd_run(args: argparse.Namespace) -> Output:
     stopped, on one Spark driver; Ctrl-C stops between barriers. A job that fails stops
     alone (restarted after a backoff with ``--restart``); the exit status names it."""
     from lockstep.barrier.runtime.runner import JobRunner
+    from lockstep.cli.exec_remote import REMOTE_ENV
     from lockstep.cli.jobs import load_jobs
+    from lockstep.cli.run_remote import RemoteJobRunner
     from lockstep.cli.supervise import Restart, SupervisedJob, run_jobs
-    from lockstep.cli.target import connect_args
+    from lockstep.cli.target import client_token, connect_args
 
     jobs = load_jobs(args.jobs)  # before Spark starts: a typo fails in a second
     progress: Callable[[str], None] = _quiet if args.json else print
     restart = Restart() if args.restart else None
     with connect_args(args) as ls:
-        # the application is named after its jobs (a cluster's UI lists it so)
-        names = ",".join(job.job_id for job in jobs)
-        options = {"spark.app.name": f"lockstep {names}"[:200]}
-        spark = ls.spark(**({"master": args.master} if args.master else {}), **options)
-        # one driver: each job its own session (its own staging-branch setting), one JVM
-        supervised = [
-            SupervisedJob(
+        remote = args.remote or os.environ.get(REMOTE_ENV)
+        spark = None
+        if remote:  # each job's barriers on a shared Spark Connect server (run_remote)
+            runners: list[Any] = [
+                RemoteJobRunner(
+                    ls,
+                    job,
+                    remote,
+                    target=args.target or os.environ.get("LOCKSTEP_HOME", ""),
+                    token=client_token(args),
+                    progress=progress,
+                )
+                for job in jobs
+            ]
+        else:
+            # the application is named after its jobs (a cluster's UI lists it so)
+            names = ",".join(job.job_id for job in jobs)
+            options = {"spark.app.name": f"lockstep {names}"[:200]}
+            spark = ls.spark(**({"master": args.master} if args.master else {}), **options)
+            # one driver: each job its own session (its own staging-branch setting), one JVM
+            runners = [
                 JobRunner(
                     ls.store,
                     job,
                     spark if len(jobs) == 1 else spark.newSession(),
                     ls.iceberg,
                     progress=progress,
-                ),
+                )
+                for job in jobs
+            ]
+        supervised = [
+            SupervisedJob(
+                runner,
                 restart,
                 # a lone job's failure without restarts ends the process: said once, at the end
                 report=_to_stderr if len(jobs) > 1 or restart else None,
             )
-            for job in jobs
+            for runner in runners
         ]
         # after Spark starts: PySpark's own SIGINT handler would cancel the running Spark job
         how = (
@@ -73,7 +95,8 @@ def cmd_run(args: argparse.Namespace) -> Output:
                     token = job.runner.session.token
                     progress(f"job {job.job_id} attached (fencing token {token}); " + how)
             run_jobs(supervised, stop=stop, max_barriers=args.barriers, until_idle=args.until_idle)
-        spark.stop()
+        if spark is not None:
+            spark.stop()
         written = {t.table: t.latest_written for t in ls.tables()}
     return _run_output(supervised, written, stop.is_set())
 
