@@ -160,6 +160,24 @@ def run_exec(served: Served, job: str, words: list[str], cwd: Path, env: dict[st
     return ExecRun(wall, _json_tail(done.stdout), sql_seconds(done.stdout + done.stderr))
 
 
+def exec_timings(done: ExecRun) -> dict[str, float]:
+    """Where one ``lockstep exec`` barrier's time went, from its ``--json`` account: its
+    own start (attach, recover), the run's opening, the program, the publish, and the rest
+    of the wall time (the CLI's start-up); ``sql`` where spark-sql said its own."""
+    (barrier,) = done.report["barriers"]
+    parts = {
+        "wall": done.wall_s,
+        "start": done.report["start_s"],
+        "open": barrier["open_s"],
+        "program": barrier["program_s"],
+        "publish": barrier["publish_s"],
+    }
+    parts["cli"] = parts["wall"] - sum(parts[k] for k in ("start", "open", "program", "publish"))
+    if done.sql_s:
+        parts["sql"] = done.sql_s
+    return parts
+
+
 def start_exec(
     served: Served, job: str, words: list[str], cwd: Path, env: dict[str, str], log: Path
 ) -> subprocess.Popen[str]:

@@ -38,6 +38,7 @@ from _exec_parts import (
     EXAMPLES,
     Served,
     environment,
+    exec_timings,
     root_command,
     run_exec,
     serve,
@@ -103,23 +104,10 @@ def measure(barriers: int, work: Path, remote: str) -> dict[str, list[dict[str, 
             done = run_exec(
                 served[way], "sum_amount", [*options, "--timeout", "300", "--", *command], work, env
             )
-            times[way].append(_parts(done))
+            times[way].append(exec_timings(done))
         say(f"barrier {b} done ({index + 1} of {barriers})")
     _check(served, barriers)
     return times
-
-
-def _parts(done: Any) -> dict[str, float]:
-    (barrier,) = done.report["barriers"]
-    parts = {
-        "wall": done.wall_s,
-        "start": done.report["start_s"],
-        "open": barrier["open_s"],
-        "program": barrier["program_s"],
-        "publish": barrier["publish_s"],
-    }
-    parts["cli"] = parts["wall"] - sum(parts[k] for k in ("start", "open", "program", "publish"))
-    return parts
 
 
 def _check(served: dict[str, Served], barriers: int) -> None:

@@ -38,6 +38,7 @@ from _exec_parts import (
     EXAMPLES,
     Served,
     environment,
+    exec_timings,
     finished_exec,
     plain_spark_conf,
     root_command,
@@ -109,7 +110,7 @@ def compare(served: Served, barriers: int, spark: bool, work: Path) -> dict[str,
                 done = run_exec(
                     served, "sum_amount", ["--timeout", "300", "--", *command], work, exec_env
                 )
-                times["exec"].append(_exec_parts(done))
+                times["exec"].append(exec_timings(done))
             elif kind == "plain":
                 times["plain"].append(
                     _plain(sql_command("amount", spark=spark, database="plain"), work, plain_env)
@@ -120,22 +121,6 @@ def compare(served: Served, barriers: int, spark: bool, work: Path) -> dict[str,
                 times["runtime"].append({"wall": time.perf_counter() - started})
         say(f"compare: barrier {b} done")
     return {kind: rows for kind, rows in times.items() if rows}
-
-
-def _exec_parts(done: Any) -> dict[str, float]:
-    (barrier,) = done.report["barriers"]
-    parts = {
-        "wall": done.wall_s,
-        "start": done.report["start_s"],
-        "open": barrier["open_s"],
-        "program": barrier["program_s"],
-        "sql": done.sql_s,
-        "publish": barrier["publish_s"],
-    }
-    parts["cli"] = (
-        parts["wall"] - parts["start"] - parts["open"] - parts["program"] - parts["publish"]
-    )
-    return parts
 
 
 def _plain(command: list[str], work: Path, env: dict[str, str]) -> dict[str, float]:

@@ -118,3 +118,16 @@ def spark_ls(
     ls.iceberg.register_catalog(spark_base)
     yield ls
     store.close()
+
+
+@pytest.fixture(scope="module")
+def connect_server() -> Iterator[str]:
+    """A Spark Connect server (Spark 4: tools/_spark_connect.py) for the module; its URL.
+    Skipped where PySpark has no Connect server (3.5): the Spark 4 tier runs these."""
+    from _spark_connect import ConnectServer, connect_supported
+
+    why = connect_supported()
+    if why is not None:
+        pytest.skip(f"no Spark Connect here: {why} (the Spark 4 tier runs it)")
+    with ConnectServer() as server:
+        yield server.url

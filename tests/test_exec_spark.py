@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,18 +78,6 @@ def test_the_shopping_pipeline_as_unmodified_programs_through_exec(
         "sum_price": ["spark-submit", *app],
     }
     _pipeline_through_exec(iceberg_service, tmp_path, programs)
-
-
-@pytest.fixture(scope="module")
-def connect_server() -> Iterator[str]:
-    """A Spark Connect server (Spark 4) for the module; its URL."""
-    from _spark_connect import ConnectServer, connect_supported
-
-    why = connect_supported()
-    if why is not None:
-        pytest.skip(f"no Spark Connect here: {why} (the Spark 4 tier runs it)")
-    with ConnectServer() as server:
-        yield server.url
 
 
 def test_the_shopping_pipeline_over_spark_connect(

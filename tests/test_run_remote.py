@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,17 +24,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 BIN = Path(sys.executable).parent
 BARRIERS = 2
-
-
-@pytest.fixture(scope="module")
-def connect_server() -> Iterator[str]:
-    from _spark_connect import ConnectServer, connect_supported
-
-    why = connect_supported()
-    if why is not None:
-        pytest.skip(f"no Spark Connect here: {why} (the Spark 4 tier runs it)")
-    with ConnectServer() as server:
-        yield server.url
 
 
 def test_the_shopping_jobs_run_their_steps_over_spark_connect(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+from _processes import stop_group
 
 from lockstep.errors import NoConsistentBarrierError, UnknownTableError
 
@@ -127,13 +127,7 @@ class Lakehouse:
 
     def close(self) -> None:
         for process in reversed(self._processes):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+            stop_group(process)
         self._processes.clear()
         if self._ls is not None:
             self._ls.close()

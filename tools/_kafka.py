@@ -23,7 +23,6 @@ import base64
 import contextlib
 import fcntl
 import os
-import re
 import shutil
 import signal
 import socket
@@ -36,6 +35,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType, TracebackType
+
+from _processes import java_major
 
 from lockstep.barrier.jars import MavenArtifact, cache_dir, fetch_artifact
 
@@ -218,26 +219,13 @@ def java_command() -> Path:
         found = Path(on_path) if on_path else None
     if found is None:
         raise KafkaUnavailable(f"no java: Kafka {KAFKA_VERSION} needs Java {JAVA_MIN} or later")
-    major = _java_major(found.resolve().parent.parent)
+    major = java_major(found.resolve().parent.parent)
     if major is not None and major < JAVA_MIN:
         raise KafkaUnavailable(
             f"{found} is Java {major}: Kafka {KAFKA_VERSION} needs Java {JAVA_MIN} or later "
             "(set JAVA_HOME)"
         )
     return found
-
-
-def _java_major(home: Path) -> int | None:
-    """17 for ``JAVA_VERSION="17.0.15"``, 8 for ``"1.8.0_402"`` (None: no ``release`` file)."""
-    try:
-        text = (home / "release").read_text()
-    except OSError:
-        return None
-    matched = re.search(r'^JAVA_VERSION="(\d+)(?:\.(\d+))?', text, re.MULTILINE)
-    if matched is None:
-        return None
-    major = int(matched.group(1))
-    return int(matched.group(2) or 0) if major == 1 else major
 
 
 # -- the broker -------------------------------------------------------------------------------

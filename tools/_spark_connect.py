@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from _processes import stop_group
+
 START_TIMEOUT_S = 180.0
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -131,14 +133,8 @@ class ConnectServer:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        if process is not None:
+            stop_group(process)
 
     def __exit__(
         self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None

@@ -41,6 +41,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from _processes import java_major
+
 VERSION = "476"
 # of trino-server-476.tar.gz (821,045,832 bytes), as downloaded from Maven Central
 SHA256 = "cfd5accde17e8ebd251eeeb78aed1f490e77bb3a164d95a0f454bf8a7c1cbd3f"
@@ -171,27 +173,11 @@ def java_for_trino() -> Path | None:
     """A ``JAVA_HOME`` of Java 22 or newer: ``$JAVA_HOME`` if it is one, else the newest
     under ``/usr/lib/jvm`` (None: none found). The version is the ``release`` file's."""
     own = os.environ.get("JAVA_HOME")
-    if own and (_java_major(Path(own)) or 0) >= JAVA_MIN:
+    if own and (java_major(Path(own)) or 0) >= JAVA_MIN:
         return Path(own)
-    found = {home: _java_major(home) or 0 for home in Path("/usr/lib/jvm").glob("*")}
+    found = {home: java_major(home) or 0 for home in Path("/usr/lib/jvm").glob("*")}
     newest = max(found, key=lambda home: found[home], default=None)
     return newest if newest is not None and found[newest] >= JAVA_MIN else None
-
-
-def _java_major(home: Path) -> int | None:
-    """25 for ``JAVA_VERSION="25.0.3"``, 8 for ``"1.8.0_402"`` (None: no ``release``
-    file or no ``bin/java``)."""
-    if not (home / "bin" / "java").is_file():
-        return None
-    try:
-        text = (home / "release").read_text()
-    except OSError:
-        return None
-    matched = re.search(r'^JAVA_VERSION="(\d+)(?:\.(\d+))?', text, re.MULTILINE)
-    if matched is None:
-        return None
-    major = int(matched.group(1))
-    return int(matched.group(2) or 0) if major == 1 else major
 
 
 # -- running it -------------------------------------------------------------------------

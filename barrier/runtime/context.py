@@ -97,12 +97,7 @@ class BarrierContext:
 
     def current(self, sink: str) -> DataFrame:
         """The sink as of the job's previous barrier (what it holds before this barrier)."""
-        self._require_sink(sink)
-        if not self._ensure_table(sink, like=None):
-            raise LockstepError(
-                f"sink {sink!r} does not exist yet; declare its schema so it can be read "
-                f"before its first write (Job(schemas={{{sink!r}: 'col type, …'}}))"
-            )
+        self._require_existing_sink(sink)
         head = self.tables.ref_head(self.spark, sink, "main")
         return self.tables.read_at(self.spark, sink, head)
 
@@ -111,6 +106,15 @@ class BarrierContext:
     def sink(self, name: str) -> SinkWriter:
         self._require_sink(name)
         return SinkWriter(self, name)
+
+    def _require_existing_sink(self, sink: str) -> None:
+        """The sink is the job's and exists (created from its declared schema if not)."""
+        self._require_sink(sink)
+        if not self._ensure_table(sink, like=None):
+            raise LockstepError(
+                f"sink {sink!r} does not exist yet; declare its schema so it can be read "
+                f"before its first write (Job(schemas={{{sink!r}: 'col type, …'}}))"
+            )
 
     def _require_sink(self, sink: str) -> None:
         if sink not in self.job.sinks:
@@ -131,16 +135,24 @@ class BarrierContext:
             return False
         if ddl is None:
             assert like is not None
-            ddl = like._jdf.schema().toDDL()
+            ddl = columns_ddl(like)
         self.tables.create(self.spark, table, ddl)
-        self.tables.reset_branch(self.spark, table, self.job.job_id)
+        self._created(table)
         self._existing.add(table)
         return True
+
+    def _created(self, table: str) -> None:
+        """A sink just created: its staging branch made (at main: none yet)."""
+        self.tables.reset_branch(self.spark, table, self.job.job_id)
+
+    def _target(self, table: str) -> str:
+        """Where a write of the sink goes: the job's branch of it."""
+        return self.tables.staging_identifier(table, self.job.job_id)
 
     def _staging(self, table: str, like: DataFrame) -> str:
         self._ensure_table(table, like)
         self._written.add(table)
-        return self.tables.staging_identifier(table, self.job.job_id)
+        return self._target(table)
 
     def finish(self) -> None:
         """Stage an empty (tagged) commit for every sink the step did not write, so each
@@ -154,7 +166,12 @@ class BarrierContext:
                     f"yet; declare its schema (Job(schemas={{{table!r}: 'col type, …'}}))"
                 )
             empty = self.spark.table(self.tables.identifier(table)).limit(0)
-            empty.writeTo(self.tables.staging_identifier(table, self.job.job_id)).append()
+            empty.writeTo(self._target(table)).append()
+
+
+def columns_ddl(frame: DataFrame) -> str:
+    """A Spark DDL column list of ``frame``'s schema (``a STRING, b BIGINT``)."""
+    return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in frame.schema.fields)
 
 
 class SinkWriter:
