@@ -14,6 +14,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,6 +51,7 @@ class Lakehouse:
         self._cluster: Any = None
         self._processes: list[subprocess.Popen[bytes]] = []
         self._ls: Any = None
+        self._lock = threading.Lock()
 
     def read_token(self, reader: str) -> str:
         return self.readers[reader]
@@ -139,11 +141,12 @@ class Lakehouse:
     # -- looking -----------------------------------------------------------------------
 
     def committed(self) -> int:
-        """The newest barrier WRITTEN in the three tables (0: none yet)."""
-        try:
-            return int(self._ls.resolve(list(TABLES), "repeatable_read").barrier_id)
-        except (NoConsistentBarrierError, UnknownTableError):  # the demo is starting
-            return 0
+        """The newest barrier WRITTEN in the three tables (0: none yet). Thread-safe."""
+        with self._lock:
+            try:
+                return int(self._ls.resolve(list(TABLES), "repeatable_read").barrier_id)
+            except (NoConsistentBarrierError, UnknownTableError):  # the demo is starting
+                return 0
 
     def wait_for_barrier(self, barrier_id: int) -> None:
         """Until the demo has written ``barrier_id`` (RuntimeError if the demo stops)."""
