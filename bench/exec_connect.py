@@ -24,6 +24,7 @@ It needs Spark 4 (its wheel carries the Connect server): run it in ``.venv-spark
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -154,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     if why is not None:
         print(f"cannot run: {why}; run it in .venv-spark4", file=sys.stderr)
         return 2
+    for flag in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):  # this process's runtime
+        os.environ.pop(flag, None)  # way is a local session; the exec'd ways get --remote
     barriers = 1 if args.quick else args.barriers
     work = Path(tempfile.mkdtemp(prefix="lockstep-bench-connect-"))
     say(f"{barriers} barriers, {len(WAYS) + 1} ways, in {work}; starting Spark Connect")

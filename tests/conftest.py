@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -131,3 +132,14 @@ def connect_server() -> Iterator[str]:
         pytest.skip(f"no Spark Connect here: {why} (the Spark 4 tier runs it)")
     with ConnectServer() as server:
         yield server.url
+
+
+@pytest.fixture(autouse=True)
+def _connect_mode_restored() -> Iterator[None]:
+    """A test that opens a Spark Connect session flags this process as Spark Connect's
+    (PySpark's SPARK_CONNECT_MODE_ENABLED), and every later local session, in it or in a
+    child it starts, would refuse to start: put the flag back as it was."""
+    before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
+    yield
+    if before is None:
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)

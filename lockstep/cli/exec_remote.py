@@ -18,6 +18,7 @@ SQL extensions (docs/exec.md#spark-connect says how to start one).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import uuid
 from collections.abc import Iterator, Mapping
@@ -28,6 +29,7 @@ from lockstep.cli.exec_env import EXTENSIONS, RunCatalog, spark_defaults
 from lockstep.errors import ConfigurationError
 
 REMOTE_ENV = "SPARK_REMOTE"
+CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"  # set by PySpark's first remote() in a process
 _SESSION_PARAM = re.compile(r";session_id=[^;]*")
 
 
@@ -84,6 +86,7 @@ def _connect(url: str) -> Any:
             "--remote needs PySpark's Spark Connect client where exec runs: pip install "
             "'lockstep[spark4]' (or 'pyspark[connect]' of the server's version)"
         ) from e
+    mode = os.environ.get(CONNECT_MODE)
     try:
         return SparkSession.builder.remote(url).create()
     except Exception as e:  # grpc, ImportError of a dependency: one line, what to check
@@ -91,6 +94,9 @@ def _connect(url: str) -> Any:
             f"cannot open a Spark Connect session at {url.split('/;')[0]}: "
             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         ) from e
+    finally:  # PySpark flags the whole process as Spark Connect's: a local session could
+        if mode is None:  # not start after it (a caller's own, or the runtime's)
+            os.environ.pop(CONNECT_MODE, None)
 
 
 def _set(spark: Any, settings: Mapping[str, str]) -> None:
