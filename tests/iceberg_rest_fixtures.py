@@ -69,12 +69,18 @@ def capped_iceberg_service(tmp_path: Path) -> Iterator[CatalogService]:
 
 @contextmanager
 def serve_catalog(
-    tmp_path: Path, more_iceberg: str = "", *, store_url: str | None = None, **app_options: Any
+    tmp_path: Path,
+    more_iceberg: str = "",
+    *,
+    store_url: str | None = None,
+    warehouse_uri: str | None = None,
+    **app_options: Any,
 ) -> Iterator[CatalogService]:
     """Serve the catalog with ``more_iceberg`` lines in its ``[iceberg]`` table (and
     ``app_options`` for ``create_app``), its store in ``store_url`` (default: a SQLite
-    file). Tokens: admin, two read tokens, and job tokens for the jobs ``load`` and
-    ``sum``."""
+    file), its warehouse ``warehouse_uri`` (default: ``tmp_path/warehouse``, which
+    ``.warehouse`` names either way). Tokens: admin, two read tokens, and job tokens for the
+    jobs ``load`` and ``sum``."""
     pytest.importorskip("pyiceberg")
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
     from lockstep.service.app import create_app
@@ -94,7 +100,7 @@ def serve_catalog(
     config.write_text(
         f'store = "{store_url or default_store}"\n'
         f'token_file = "{token_file}"\n'
-        f'[iceberg]\nwarehouse = "file://{warehouse}"\n{more_iceberg}'
+        f'[iceberg]\nwarehouse = "{warehouse_uri or f"file://{warehouse}"}"\n{more_iceberg}'
     )
     settings = ServiceSettings.load(config)
     store = SqlMetadataStore.open(settings.store)

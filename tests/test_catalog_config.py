@@ -371,3 +371,85 @@ def test_connect_takes_the_services_token_from_the_environment(
     monkeypatch.setenv("LOCKSTEP_TOKEN", tokens["read"])
     with lockstep.connect(url, token=tokens["admin"]) as ls:  # an explicit token wins
         assert ls.issue_barrier().barrier_id == 2
+
+
+@pytest.mark.parametrize(
+    "warehouse", ["s3://lake/wh", "s3a://lake/wh", "gs://lake/wh", "abfss://c@acct.dfs/wh"]
+)
+def test_a_hadoop_catalog_on_an_object_store_is_refused_saying_what_to_use(warehouse: str) -> None:
+    catalog = IcebergCatalog.from_mapping({"type": "hadoop", "warehouse": warehouse})
+    assert catalog.load() is None  # reading its metadata files is safe; committing is not
+    with pytest.raises(ConfigurationError, match=r"no atomic rename.*REST catalog.*JDBC") as e:
+        catalog.spark_settings()
+    assert "object store" in str(e.value)
+    overridden = IcebergCatalog.from_mapping(
+        {"type": "hadoop", "warehouse": "file:///w", "spark": {"warehouse": warehouse}}
+    )
+    with pytest.raises(ConfigurationError, match="object store"):
+        overridden.spark_settings()
+    for fine in ("hdfs://nn/wh", "file:///w"):  # file systems that rename atomically
+        IcebergCatalog.from_mapping({"type": "hadoop", "warehouse": fine}).spark_settings()
+
+
+def test_spark_gets_the_aws_bundle_when_the_catalog_uses_s3_file_io(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = tmp_path / "iceberg-runtime.jar"
+    runtime.write_bytes(b"jar")
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    bundle = jar_path("iceberg-aws-bundle")
+    bundle.parent.mkdir(parents=True)
+    bundle.write_bytes(b"jar")
+    extra = {"spark.jars": str(runtime)}
+    jdbc = {"type": "jdbc", "uri": "jdbc:sqlite:/c.db"}
+    for properties in (
+        {**jdbc, "warehouse": "s3://lake/wh"},
+        {**jdbc, "warehouse": "s3a://lake/wh"},
+        {**jdbc, "warehouse": "file:///w", "io-impl": "org.apache.iceberg.aws.s3.S3FileIO"},
+        {**jdbc, "warehouse": "s3://lake/wh", "io-impl": "org.apache.iceberg.io.ResolvingFileIO"},
+    ):
+        catalog = IcebergCatalog.from_mapping(properties)
+        assert SparkConfig(catalog, extra=extra).settings()["spark.jars"] == f"{runtime},{bundle}"
+    for properties in (
+        {**jdbc, "warehouse": "file:///w"},
+        {**jdbc, "warehouse": "s3a://lake/wh", "io-impl": "org.apache.iceberg.hadoop.HadoopFileIO"},
+    ):
+        catalog = IcebergCatalog.from_mapping(properties)
+        assert SparkConfig(catalog, extra=extra).settings()["spark.jars"] == str(runtime)
+    # a bundle the user configured is not added twice
+    s3 = IcebergCatalog.from_mapping({**jdbc, "warehouse": "s3://lake/wh"})
+    mine = tmp_path / "iceberg-aws-bundle-1.9.0.jar"
+    mine.write_bytes(b"jar")
+    settings = SparkConfig(s3, jars=(str(mine),), extra=extra).settings()
+    assert settings["spark.jars"] == f"{runtime},{mine}"
+    bundle.unlink()
+    with pytest.raises(MissingJarError, match="lockstep fetch iceberg-aws-bundle"):
+        SparkConfig(s3, extra=extra).settings()
+
+
+def test_a_served_catalog_whose_config_names_s3_file_io_gets_spark_the_bundle(
+    tmp_path: Path,
+) -> None:
+    """Lockstep's served catalog hands out ``[iceberg] client_io`` as GET /v1/config's
+    defaults: pyiceberg merges them into its properties, and Lockstep adds the AWS bundle
+    for a REST catalog whose config names S3FileIO, though its own properties do not."""
+    from iceberg_rest_fixtures import serve_catalog
+
+    client_io = '{ "io-impl" = "org.apache.iceberg.aws.s3.S3FileIO", "s3.endpoint" = "http://s3" }'
+    for folder in ("s3", "plain"):
+        (tmp_path / folder).mkdir()
+    with serve_catalog(tmp_path / "s3", f"client_io = {client_io}\n") as service:
+        catalog = IcebergCatalog.from_mapping(
+            {"type": "rest", "uri": service.uri, "token": ADMIN_TOKEN}
+        )
+        loaded = catalog.load()
+        assert loaded is not None
+        assert loaded.properties["s3.endpoint"] == "http://s3"
+        assert loaded.properties["lockstep.commit-guard"] == "true"
+        assert catalog.uses_s3_file_io()
+    with serve_catalog(tmp_path / "plain") as service:
+        plain = IcebergCatalog.from_mapping(
+            {"type": "rest", "uri": service.uri, "token": ADMIN_TOKEN}
+        )
+        assert not plain.uses_s3_file_io()
+        assert plain.spark_jars() == []

@@ -54,6 +54,13 @@ JOB_HEADER = "X-Lockstep-Job"
 TOKEN_HEADER = "X-Lockstep-Token"
 REVISION_HEADER = "X-Lockstep-Revision"
 POSTGRESQL_DRIVER = "postgresql"  # the jar of lockstep.barrier.jars for a jdbc:postgresql: URI
+AWS_BUNDLE = "iceberg-aws-bundle"  # the jar of lockstep.barrier.jars for Iceberg's S3FileIO
+S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
+RESOLVING_FILE_IO = "org.apache.iceberg.io.ResolvingFileIO"  # picks a FileIO by scheme
+# schemes Iceberg Java's ResolvingFileIO reads with S3FileIO
+S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
+# object stores: no atomic rename, so no Hadoop catalog on them (HDFS and local disks rename)
+OBJECT_STORE_SCHEMES = S3_SCHEMES | {"gs", "gcs", "abfs", "abfss", "wasb", "wasbs", "adl", "oss"}
 # Java-only properties: pyiceberg picks its FileIO by the URI scheme and has no caching
 _JAVA_ONLY = frozenset({"io-impl", "cache-enabled", "cache.expiration-interval-ms", "clients"})
 _PYTHON_ONLY = frozenset({"py-io-impl", "py-catalog-impl"})
@@ -181,8 +188,12 @@ class IcebergCatalog:
     # -- Spark ---------------------------------------------------------------------------
 
     def spark_settings(self) -> dict[str, str]:
-        """``spark.sql.catalog.<name>.*`` settings that define this catalog in Spark."""
+        """``spark.sql.catalog.<name>.*`` settings that define this catalog in Spark (a
+        Hadoop catalog on an object store is refused here, where Spark would commit to it;
+        reading its metadata files is safe)."""
         self._require_set()
+        if self.type == "hadoop":
+            _refuse_object_store(self.spark_overrides.get("warehouse") or self.warehouse or "")
         key = f"spark.sql.catalog.{self.name}"
         settings = {key: SPARK_CATALOG_CLASS}
         properties = {k: v for k, v in self.properties.items() if k not in _PYTHON_ONLY}
@@ -215,13 +226,38 @@ class IcebergCatalog:
 
     def spark_jars(self, configured: Sequence[str] = ()) -> list[str]:
         """Jars this catalog needs in Spark beyond Iceberg's runtime and the ``configured``
-        ones: for a ``jdbc:postgresql:`` URI with no PostgreSQL driver among them, the one
-        Lockstep fetches (``lockstep fetch postgresql``)."""
+        ones, each from Lockstep's cache (``lockstep fetch``) unless ``configured`` holds
+        one: for a ``jdbc:postgresql:`` URI, the PostgreSQL driver; for S3FileIO (see
+        :meth:`uses_s3_file_io`), the ``iceberg-aws-bundle``."""
         uri = self.spark_overrides.get("uri") or self.properties.get("uri", "")
-        has_driver = any("postgresql" in Path(j).name.lower() for j in configured)
+        names = [Path(j).name.lower() for j in configured]
+        jars = []
+        has_driver = any("postgresql" in name for name in names)
         if self.type == "jdbc" and uri.startswith("jdbc:postgresql:") and not has_driver:
-            return [str(require_jar(POSTGRESQL_DRIVER))]
-        return []
+            jars.append(str(require_jar(POSTGRESQL_DRIVER)))
+        has_bundle = any(name.startswith("iceberg-aws") for name in names)
+        if not has_bundle and self.uses_s3_file_io():
+            jars.append(str(require_jar(AWS_BUNDLE)))
+        return jars
+
+    def uses_s3_file_io(self) -> bool:
+        """Whether Spark reads this catalog's files with Iceberg's S3FileIO: its ``io-impl``
+        says so, or its warehouse is on ``s3://`` (``s3a://``, ``s3n://``); for a REST
+        catalog, also when the catalog's own config (``GET /v1/config``: Lockstep's served
+        catalog hands out ``[iceberg] client_io`` there) says so, asked once per process."""
+        spark = {**self.properties, **self.spark_overrides}
+        io_impl = spark.get("io-impl")
+        if io_impl:
+            return io_impl == S3_FILE_IO or (
+                io_impl == RESOLVING_FILE_IO
+                and urlsplit(spark.get("warehouse", "")).scheme in S3_SCHEMES
+            )
+        if urlsplit(spark.get("warehouse", "")).scheme in S3_SCHEMES:
+            return True
+        if self.type != "rest":
+            return False
+        served = self.load()
+        return served is not None and served.properties.get("io-impl") == S3_FILE_IO
 
     # -- pyiceberg -----------------------------------------------------------------------
 
@@ -285,6 +321,20 @@ def local_path(uri: str) -> Path | None:
     if parts.scheme == "" or (len(parts.scheme) == 1 and os.name == "nt"):
         return Path(uri).expanduser().resolve()
     return None
+
+
+def _refuse_object_store(warehouse: str) -> None:
+    """A ConfigurationError for a Hadoop catalog whose warehouse is on an object store."""
+    scheme = urlsplit(warehouse).scheme.lower()
+    if scheme in OBJECT_STORE_SCHEMES:
+        raise ConfigurationError(
+            f"catalog.warehouse {_redact(warehouse)} is on an object store ({scheme}://), where "
+            "a hadoop catalog is unsafe: it commits by renaming a metadata file, and object "
+            "stores have no atomic rename, so two writers can both 'win' and a commit is lost. "
+            "Use the served REST catalog (lockstep serve with [iceberg] warehouse = "
+            f'"{scheme}://..."; catalog type = "rest") or a JDBC catalog (type = "jdbc") '
+            "with this warehouse"
+        )
 
 
 def _flatten(

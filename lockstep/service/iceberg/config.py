@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -23,6 +24,11 @@ class IcebergSettings(BaseModel):
     # FileIO properties for the server's own reads and writes of metadata files (e.g.
     # s3.endpoint); never taken from a table's properties
     io: dict[str, str] = Field(default_factory=dict)
+    # FileIO properties every client is told (GET /v1/config's defaults), so that Spark's
+    # and pyiceberg's REST clients configure their FileIO by themselves: io-impl,
+    # s3.endpoint, s3.path-style-access, client.region... Never secrets: every caller with a
+    # read token sees them (clients bring their own keys, or get credentials vended)
+    client_io: dict[str, str] = Field(default_factory=dict)
     # what readers see as a Lockstep table's main: "per-table" (each table's own, moved by
     # its job) or "atomic" (every Lockstep table at the newest barrier WRITTEN in all of
     # them: barrier B appears in every table at once, in the transaction of its last
@@ -40,4 +46,46 @@ class IcebergSettings(BaseModel):
             )
         if parts.scheme == "file" and (parts.netloc or not parts.path.startswith("/")):
             raise ValueError("a file warehouse is file:///ABSOLUTE/PATH (three slashes)")
+        if parts.scheme != "file":
+            _check_object_store_warehouse(value.rstrip("/"))
         return value.rstrip("/")
+
+    @field_validator("client_io")
+    @classmethod
+    def _client_io_holds_no_secret(cls, value: dict[str, str]) -> dict[str, str]:
+        secret = sorted(k for k in value if _SECRET_KEY.search(k))
+        if secret:
+            raise ValueError(
+                f"client_io may not hold {secret[0]!r}: every caller of GET /v1/config sees "
+                "client_io, so it names no credentials (put the server's own keys in io; "
+                "clients bring theirs, e.g. AWS_ACCESS_KEY_ID, until the catalog vends them)"
+            )
+        return value
+
+
+# a property that holds a credential: s3.access-key-id, s3.secret-access-key,
+# s3.session-token, s3.sse.key, adls.sas-token.*, adls.auth.shared-key.account.key,
+# gcs.oauth2.token, ...
+_SECRET_KEY = re.compile(r"(access|account)-key|\.key$|secret|token|password|credential", re.I)
+
+
+def _check_object_store_warehouse(warehouse: str) -> None:
+    """A ValueError unless ``warehouse`` (an object store's URI) is plainly spelled: a bucket,
+    and a prefix without ``%``, a backslash, '?', '#', or an empty, '.' or '..' segment (a
+    location under it must start with exactly its spelling: files.py)."""
+    parts = urlsplit(warehouse)
+    if not parts.netloc:
+        raise ValueError(
+            f"an object-store warehouse names its bucket: {parts.scheme}://BUCKET/PATH"
+        )
+    bad = sorted({c for c in warehouse if c in "%\\?#"})
+    if bad:
+        raise ValueError(
+            f"the warehouse {warehouse!r} holds {', '.join(repr(c) for c in bad)}: an "
+            "object-store warehouse is spelled plainly"
+        )
+    if any(segment in ("", ".", "..") for segment in parts.path.split("/")[1:]):
+        raise ValueError(
+            f"the warehouse {warehouse!r} has an empty, '.' or '..' segment: an object-store "
+            "warehouse is spelled plainly"
+        )

@@ -162,8 +162,10 @@ def build_router(catalog: ServedCatalog, views: PinnedViews, runs: RunViews) -> 
         if prefix is not None:
             overrides["prefix"] = prefix
         # the job runtime reads the default to know that this catalog fences and stamps
-        # its commits (ownership.py, stamp.py); other clients ignore a property they do not know
-        defaults = {COMMIT_GUARD_PROPERTY: "true"}
+        # its commits (ownership.py, stamp.py); other clients ignore a property they do not
+        # know. [iceberg] client_io (FileIO settings, no secrets) configures every client's
+        # FileIO: Spark's and pyiceberg's REST clients merge defaults into their properties
+        defaults = {**catalog.files.client_io, COMMIT_GUARD_PROPERTY: "true"}
         endpoints = [str(e) for e in (*ENDPOINTS, *VIEW_ENDPOINTS)]
         return {"defaults": defaults, "overrides": overrides, "endpoints": endpoints}
 
