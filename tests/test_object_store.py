@@ -127,6 +127,16 @@ def test_a_data_file_may_hold_encoded_partition_values_that_decode_inside() -> N
         assert not files.may_touch(path), path
 
 
+def test_a_name_with_percent_or_backslash_has_no_default_location_on_an_object_store() -> None:
+    from lockstep.service.iceberg.names import TableName
+
+    files = _files()
+    assert files.default_location(TableName(("ns",), "t"), None) == f"{WAREHOUSE}/ns/t"
+    for name in ("a%2Fb", "a\\b"):
+        with pytest.raises(InvalidRequestError, match=r"holds"):
+            files.default_location(TableName(("ns",), name), None)
+
+
 def test_a_local_warehouse_keeps_its_rules() -> None:
     files = TableFiles(IcebergSettings(warehouse="file:///srv/w"))
     assert files.inside("file:///srv/w/ns/../ns/t")  # normalized, as before

@@ -244,6 +244,7 @@ class SeaweedS3:
 
 def main(argv: list[str]) -> int:
     """Run one in the foreground until interrupted; its endpoint and keys on stdout."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop weed too, as on Ctrl-C
     bucket = argv[argv.index("--bucket") + 1] if "--bucket" in argv else None
     folder = Path(argv[argv.index("--dir") + 1]) if "--dir" in argv else None
     with SeaweedS3(folder) as s3:
