@@ -8,6 +8,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lockstep.service.iceberg.vending import VendingSettings
+
 
 class IcebergSettings(BaseModel):
     """Settings of the Iceberg REST catalog the service serves under ``/iceberg``.
@@ -34,6 +36,9 @@ class IcebergSettings(BaseModel):
     # them: barrier B appears in every table at once, in the transaction of its last
     # WRITTEN report); job instances and revisions always see the tables' own main
     publish: Literal["per-table", "atomic"] = "per-table"
+    # [iceberg.vending]: credentials the service asks the object store's STS for, scoped to
+    # one table, handed to clients that ask (vending.py); None: clients bring their own
+    vending: VendingSettings | None = None
 
     @field_validator("warehouse")
     @classmethod

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
     from lockstep.service.iceberg.catalog import ServedCatalog
     from lockstep.service.iceberg.pinned import PinnedViews
+    from lockstep.service.iceberg.vending_routes import Vending
 
 log = logging.getLogger("lockstep.service.iceberg")
 PREFIX = "/iceberg"  # a client's uri is http://HOST:PORT/iceberg
@@ -64,7 +65,11 @@ def mount_iceberg(
         atomic=settings.publish == "atomic",
         max_leases_per_caller=max_leases_per_caller,
     )
-    iceberg = create_iceberg_app(catalog, views, tokens=tokens)
+    from lockstep.service.iceberg.vending import CredentialVendor
+    from lockstep.service.iceberg.vending_routes import Vending
+
+    vendor = None if settings.vending is None else CredentialVendor(settings.vending)
+    iceberg = create_iceberg_app(catalog, views, Vending(catalog, vendor), tokens=tokens)
     # added last, so outermost: /iceberg requests never reach the service's own front door
     app.add_middleware(
         IcebergMount,
@@ -87,7 +92,7 @@ def _served_catalog(store: SqlMetadataStore, settings: IcebergSettings) -> Serve
 
 
 def create_iceberg_app(
-    catalog: ServedCatalog, views: PinnedViews, *, tokens: Tokens | None
+    catalog: ServedCatalog, views: PinnedViews, vending: Vending, *, tokens: Tokens | None
 ) -> FastAPI:
     """The catalog's routes, answering every error in the Iceberg error model: under
     ``/v1``, and again under ``/v1/{prefix}`` for the pinned views (``pinned``)."""
@@ -135,7 +140,7 @@ def create_iceberg_app(
         return JSONResponse(error_body(message, "ServerErrorException", 500), status_code=500)
 
     runs = RunViews(catalog, views.files)  # lockstep exec's runs (run_view.py)
-    router = build_router(catalog, views, runs)
+    router = build_router(catalog, views, runs, vending)
     app.include_router(router, prefix="/v1")
     app.include_router(oauth_router(), prefix="/v1")
     run_router = APIRouter()

@@ -71,6 +71,11 @@ from lockstep.service.iceberg.spec_routes import (
     existing_table,
 )
 from lockstep.service.iceberg.staging import prepare_folders
+from lockstep.service.iceberg.vending_routes import (
+    CREDENTIALS_PATH,
+    Vending,
+    add_credentials_route,
+)
 from lockstep.service.iceberg.view_routes import VIEW_ENDPOINTS, add_view_routes
 from lockstep.service.iceberg.views import ServedViews
 
@@ -98,6 +103,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     Endpoint(http_method=HttpMethod.POST, path=f"{_PREFIX}/transactions/commit"),
 )
+CREDENTIALS_ENDPOINT = Endpoint(http_method=HttpMethod.GET, path=f"{_PREFIX}{CREDENTIALS_PATH}")
 
 
 def _json(model: IcebergBaseModel) -> Response:
@@ -137,12 +143,16 @@ def _check_run_creates(runs: RunViews, request: Request, table: TableName) -> No
         runs.check_writable(run, table, "creating")
 
 
-def _loaded(table: LoadedTable) -> Response:
+def _loaded(table: LoadedTable, vended: dict[str, Any] | None = None) -> Response:
+    """A load answer: the table, and what vending hands the caller with it (config,
+    storage-credentials: vending_routes.py)."""
     response = {"metadata-location": table.metadata_location, "metadata": table.metadata}
-    return _json(TableResponse.model_validate(response))
+    return _json(TableResponse.model_validate({**response, **(vended or {})}))
 
 
-def build_router(catalog: ServedCatalog, views: PinnedViews, runs: RunViews) -> APIRouter:
+def build_router(
+    catalog: ServedCatalog, views: PinnedViews, runs: RunViews, vending: Vending
+) -> APIRouter:
     """Every route of the catalog, over ``catalog`` (paths after ``/v1`` or
     ``/v1/{prefix}``)."""
     router = APIRouter()
@@ -166,12 +176,14 @@ def build_router(catalog: ServedCatalog, views: PinnedViews, runs: RunViews) -> 
         # know. [iceberg] client_io (FileIO settings, no secrets) configures every client's
         # FileIO: Spark's and pyiceberg's REST clients merge defaults into their properties
         defaults = {**catalog.files.client_io, COMMIT_GUARD_PROPERTY: "true"}
-        endpoints = [str(e) for e in (*ENDPOINTS, *VIEW_ENDPOINTS)]
+        vends = (CREDENTIALS_ENDPOINT,) if vending.vendor is not None else ()
+        endpoints = [str(e) for e in (*ENDPOINTS, *VIEW_ENDPOINTS, *vends)]
         return {"defaults": defaults, "overrides": overrides, "endpoints": endpoints}
 
     served_views = ServedViews(catalog.engine, catalog.files, catalog.clock)
     _add_namespaces(router, catalog, served_views)
-    _add_tables(router, catalog, views, runs)
+    _add_tables(router, catalog, views, runs, vending)
+    add_credentials_route(router, vending, _principal)  # vending_routes.py
     add_view_routes(router, served_views)  # view_routes.py
     add_spec_routes(router, catalog)  # metrics, sign (spec_routes.py)
     _add_commits(router, catalog, runs)
@@ -266,7 +278,7 @@ def _add_namespaces(router: APIRouter, catalog: ServedCatalog, served_views: Ser
 
 
 def _add_tables(
-    router: APIRouter, catalog: ServedCatalog, views: PinnedViews, runs: RunViews
+    router: APIRouter, catalog: ServedCatalog, views: PinnedViews, runs: RunViews, vending: Vending
 ) -> None:
     @router.get("/namespaces/{namespace}/tables")
     def list_tables(
@@ -301,7 +313,7 @@ def _add_tables(
         created = catalog.create_table(new, principal, stage_only=parsed.stage_create)
         if parsed.stage_create:  # DuckDB's writer needs the folders (staging.py)
             prepare_folders(catalog.files, created.metadata)
-        return _loaded(created)
+        return _loaded(created, vending.for_load(request, principal, new.table, created))
 
     @router.post("/namespaces/{namespace}/register")
     def register_table(
@@ -309,13 +321,11 @@ def _add_tables(
     ) -> Response:
         parsed = parse(RegisterTableIn, body)
         table = table_name(namespace_from_path(namespace), parsed.name)
+        principal = _principal(caller, request)
         loaded = catalog.register_table(
-            table,
-            parsed.metadata_location,
-            _principal(caller, request),
-            overwrite=parsed.overwrite,
+            table, parsed.metadata_location, principal, overwrite=parsed.overwrite
         )
-        return _loaded(loaded)
+        return _loaded(loaded, vending.for_load(request, principal, table, loaded))
 
     @router.get("/namespaces/{namespace}/tables/{table}")
     def load_table(
@@ -335,7 +345,7 @@ def _add_tables(
                 catalog.check_claims(principal)
             else:  # a reader: atomic publish
                 loaded = views.pinned(name, loaded, views.published())
-        return _loaded(loaded)
+        return _loaded(loaded, vending.for_load(request, _principal(caller, request), name, loaded))
 
     @router.head("/namespaces/{namespace}/tables/{table}")
     def table_exists(namespace: str, table: str, _: Reader) -> Response:
