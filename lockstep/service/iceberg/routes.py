@@ -71,6 +71,7 @@ from lockstep.service.iceberg.spec_routes import (
     existing_table,
 )
 from lockstep.service.iceberg.staging import prepare_folders
+from lockstep.service.iceberg.vending import DELEGATION_HEADER, VENDED
 from lockstep.service.iceberg.vending_routes import (
     CREDENTIALS_PATH,
     Vending,
@@ -176,6 +177,8 @@ def build_router(
         # know. [iceberg] client_io (FileIO settings, no secrets) configures every client's
         # FileIO: Spark's and pyiceberg's REST clients merge defaults into their properties
         defaults = {**catalog.files.client_io, COMMIT_GUARD_PROPERTY: "true"}
+        if vending.vendor is not None:  # Iceberg's Java clients ask only when told to
+            defaults[f"header.{DELEGATION_HEADER}"] = VENDED
         vends = (CREDENTIALS_ENDPOINT,) if vending.vendor is not None else ()
         endpoints = [str(e) for e in (*ENDPOINTS, *VIEW_ENDPOINTS, *vends)]
         return {"defaults": defaults, "overrides": overrides, "endpoints": endpoints}
