@@ -13,7 +13,7 @@ A home directory holds the metadata store (``lockstep.db``) and, unless its
 
     [spark]                   # how jobs and operations start Spark
     master = "spark://spark-master:7077"
-    jars = ["/opt/jars/iceberg-aws-bundle-1.10.2.jar"]
+    jars = ["/opt/jars/iceberg-aws-bundle-1.10.1.jar"]
     conf = { "spark.executor.memory" = "4g" }
 """
 

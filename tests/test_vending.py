@@ -464,6 +464,7 @@ def test_the_demo_on_s3_with_vended_credentials_only_read_back_by_three_engines(
         )
         assert done.returncode == 0, done.stderr[-3000:]
         summary = json.loads(done.stdout)
+        print("demo on s3, vended credentials only:", json.dumps(summary["reads"]))
         assert summary["consistent"], summary["reads"]
         for level in ("read_committed", "repeatable_read"):
             assert summary["reads"][level]["inconsistent"] == 0
