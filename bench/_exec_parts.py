@@ -92,7 +92,8 @@ def plain_spark_conf(folder: Path, served: Served, user: Path) -> Path:
     )
 
     catalog = RunCatalog("lockstep", served.uri, ADMIN, "", "")
-    settings = spark_defaults(catalog, read_defaults(user / DEFAULTS_FILE), iceberg_jar())
+    jars = [jar for jar in (iceberg_jar(),) if jar]
+    settings = spark_defaults(catalog, read_defaults(user / DEFAULTS_FILE), jars)
     settings.pop("spark.sql.catalog.lockstep.warehouse")
     write_conf_dir(folder, settings, user)
     return folder

@@ -35,7 +35,7 @@ def test_the_run_catalog_is_merged_over_the_users_spark_defaults(tmp_path: Path)
         "spark.sql.catalog.lockstep.uri http://stale\n"
     )
     (user / "log4j2.properties").write_text("rootLogger.level = warn\n")
-    merged = spark_defaults(CATALOG, read_defaults(user / DEFAULTS_FILE), "/opt/iceberg.jar")
+    merged = spark_defaults(CATALOG, read_defaults(user / DEFAULTS_FILE), ["/opt/iceberg.jar"])
     assert merged["spark.master"] == "local[1]"  # the user's own settings stay
     assert merged["spark.jars"] == "/opt/a.jar,/opt/iceberg.jar"  # lists are appended to
     assert merged["spark.sql.extensions"] == f"com.example.Ext,{EXTENSIONS}"

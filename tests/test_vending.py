@@ -510,3 +510,44 @@ def _duckdb_reads_every_barrier(service: CatalogService, folder: Path) -> None:
             rows = con.execute(f"SELECT user_id, item_id, {column} FROM {name}.default.{table}")
             got = sorted([u, i, int(v)] for u, i, v in rows.fetchall())
             assert got == _truth(barrier, column), ("duckdb", table, barrier)
+
+
+def test_a_program_under_exec_writes_its_sink_with_its_runs_vended_credential_only(
+    s3: Any, tmp_path: Path
+) -> None:
+    """``lockstep exec`` hands the program the run's catalog and no key (none in its
+    environment either): pyiceberg asks, and gets the run's sink's read-write credential."""
+    import subprocess
+    import sys
+
+    from service_fixtures import SHOPPING_JOB_TOKENS
+
+    import lockstep
+    from lockstep.examples.shopping import shopping_rows
+
+    root = (
+        Path(__file__).resolve().parent.parent / "examples" / "exec_shopping" / "load_shopping.py"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in AWS_VARIABLES}
+    with serve_catalog(tmp_path, vending_lines(s3), warehouse_uri=f"s3://{BUCKET}/exec") as svc:
+        admin = lockstep.connect(svc.url, token=ADMIN_TOKEN)
+        admin.register_job("load_shopping", sinks=["shopping"])
+        admin.issue_barrier()
+        cli = str(Path(sys.executable).parent / "lockstep")
+        token = SHOPPING_JOB_TOKENS["load_shopping"]
+        words = [cli, "--store", svc.url, "--token", token, "exec", "load_shopping"]
+        done = subprocess.run(
+            [*words, "--timeout", "120", "--", sys.executable, str(root)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        from pyiceberg.catalog import load_catalog
+
+        stock = load_catalog("r", type="rest", uri=svc.uri, token=READ_TOKEN)
+        table = stock.load_table("default.shopping")
+        tag = table.snapshot_by_name("lockstep_b1")
+        assert tag is not None
+        assert table.scan(snapshot_id=tag.snapshot_id).to_arrow().num_rows == len(shopping_rows(1))

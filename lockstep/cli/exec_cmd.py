@@ -31,7 +31,7 @@ from lockstep.barrier.model import Barrier
 from lockstep.barrier.runtime.heartbeat import HEARTBEAT_S, Heartbeat
 from lockstep.barrier.session import BarrierWaitTimeout
 from lockstep.cli.arguments import int_at_least, positive_float
-from lockstep.cli.exec_env import program_environment
+from lockstep.cli.exec_env import catalog_jars, program_environment
 from lockstep.cli.exec_job import OpenRun, ProgramJob
 from lockstep.cli.exec_remote import REMOTE_ENV, remote_session
 from lockstep.cli.format import Output
@@ -93,6 +93,7 @@ def _loop(
 ) -> Output:
     written: list[int] = []
     timings: list[dict[str, float]] = []  # where each barrier's time went
+    jars = catalog_jars(job.catalog_uri, job.token)  # e.g. the AWS bundle for S3FileIO
     status = 0
     while barriers is None or len(written) < barriers:
         barrier = _wait(job, args.timeout, child.stop)
@@ -101,7 +102,7 @@ def _loop(
         clock = [time.monotonic()]
         run = job.open(barrier)
         _say(f"{job.job_id}: barrier {barrier.barrier_id}: running {' '.join(command)}")
-        env = program_environment(run, conf_dir, os.environ)
+        env = program_environment(run, conf_dir, os.environ, jars)
         with _spark_connect(args.remote, run) as spark_remote:
             if spark_remote is not None:  # the run's own session on the shared Spark
                 env[REMOTE_ENV] = spark_remote

@@ -20,7 +20,7 @@ Three ways in, so that nothing in the program changes:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -117,13 +117,16 @@ def pyiceberg_variables(catalog: RunCatalog) -> dict[str, str]:
     return found
 
 
-def spark_defaults(catalog: RunCatalog, user: Mapping[str, str], jar: str | None) -> dict[str, str]:
-    """``user``'s spark-defaults with the run's catalog added (the run's keys win)."""
+def spark_defaults(
+    catalog: RunCatalog, user: Mapping[str, str], jars: Sequence[str] = ()
+) -> dict[str, str]:
+    """``user``'s spark-defaults with the run's catalog added (the run's keys win), and
+    ``jars`` appended to the user's."""
     key = f"spark.sql.catalog.{catalog.name}"
     merged = {k: v for k, v in user.items() if k != key and not k.startswith(key + ".")}
     merged["spark.sql.extensions"] = _appended(user.get("spark.sql.extensions"), EXTENSIONS)
-    if jar is not None:
-        merged["spark.jars"] = _appended(user.get("spark.jars"), jar)
+    for jar in jars:
+        merged["spark.jars"] = _appended(merged.get("spark.jars"), jar)
     merged.setdefault("spark.sql.defaultCatalog", catalog.name)
     merged[key] = CATALOG_CLASS
     merged[f"{key}.type"] = "rest"
@@ -179,17 +182,31 @@ def write_conf_dir(folder: Path, settings: Mapping[str, str], user_dir: Path | N
     defaults.write_text(text, encoding="utf-8")
 
 
-def program_environment(run: OpenRun, conf_dir: Path, base: Mapping[str, str]) -> dict[str, str]:
+def program_environment(
+    run: OpenRun, conf_dir: Path, base: Mapping[str, str], jars: Sequence[str] = ()
+) -> dict[str, str]:
     """``base`` (exec's own environment) with the run's catalog handed to the program in
-    every way above; ``conf_dir`` becomes its ``SPARK_CONF_DIR``."""
+    every way above; ``conf_dir`` becomes its ``SPARK_CONF_DIR``, whose ``spark.jars`` get
+    the Iceberg runtime and ``jars`` (what the catalog needs: ``catalog_jars``)."""
     user_dir = user_conf_dir(base)
     user = read_defaults(user_dir / DEFAULTS_FILE) if user_dir is not None else {}
-    write_conf_dir(conf_dir, spark_defaults(run.catalog, user, iceberg_jar()), user_dir)
+    runtime = iceberg_jar()
+    every = [*([runtime] if runtime else []), *jars]
+    write_conf_dir(conf_dir, spark_defaults(run.catalog, user, every), user_dir)
     env = dict(base)
     env["SPARK_CONF_DIR"] = str(conf_dir)
     env.update(pyiceberg_variables(run.catalog))
     env.update(plain_variables(run.facts, run.catalog))
     return env
+
+
+def catalog_jars(uri: str, token: str | None) -> list[str]:
+    """The jars a Spark program needs for the served catalog at ``uri`` beyond Iceberg's
+    runtime: the AWS bundle when its config names S3FileIO (an object-store warehouse)."""
+    from lockstep.barrier.iceberg.catalog import IcebergCatalog
+
+    served = {"type": "rest", "uri": uri, **({"token": token} if token else {})}
+    return IcebergCatalog.from_mapping(served).spark_jars()
 
 
 def iceberg_jar() -> str | None:

@@ -48,7 +48,7 @@ def session_url(remote: str, session_id: str) -> str:
 
 def run_settings(catalog: RunCatalog) -> dict[str, str]:
     """The run's catalog, as settings a Spark Connect session takes."""
-    every = spark_defaults(catalog, {}, None)
+    every = spark_defaults(catalog, {})
     return {
         key: value
         for key, value in every.items()
