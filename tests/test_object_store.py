@@ -1,14 +1,14 @@
-"""#46 (A): the served catalog on an object-store warehouse, without credential vending.
+"""#46: the served catalog on an object-store warehouse, clients bringing their own keys.
 
 First the rules, without a server: which object-store locations are under the warehouse
 (``files.py``), what ``[iceberg]`` accepts. Then the real thing: one SeaweedFS (``weed
 mini``, tools/_seaweedfs.py) per module, a bucket, and the service with ``warehouse =
 "s3://lake/warehouse"``, its own ``io`` holding the store's admin keys and ``client_io``
 telling clients where the store is. Clients bring their own keys in the standard AWS
-variables (vending comes next): stock pyiceberg, DuckDB and Spark read and write, the
-three-table pipeline advances while they read under each view, a purge deletes its table's
-objects and nothing else, SeaweedFS restarts under the running service, and the shopping
-demo runs on the store.
+variables (tests/test_vending.py has the catalog vend them, and runs the shopping demo on
+the store): stock pyiceberg, DuckDB and Spark read and write, the three-table pipeline
+advances while they read under each view, a purge deletes its table's objects and nothing
+else, and SeaweedFS restarts under the running service.
 """
 
 from __future__ import annotations
@@ -430,46 +430,3 @@ def test_commits_and_reads_work_again_after_seaweedfs_restarts_under_the_service
     attach = _duckdb(pipeline, tmp_path / "duckdb-ext")
     _duckdb_s3(s3, attach.con)  # type: ignore[attr-defined]
     assert pipeline.check(attach("after", "lockstep:repeatable_read")) == n  # type: ignore[arg-type]
-
-
-AGGREGATES = {"user_item_amount": 0, "user_item_price": 1}  # column -> index in the truth
-DEMO_BARRIERS = 3
-
-
-@pytest.mark.slow
-@pytest.mark.spark
-def test_the_demo_runs_on_the_s3_warehouse_and_stock_pyiceberg_reads_its_tags(
-    s3: Any, tmp_path: Path
-) -> None:
-    """``lockstep --store URL demo`` with the AWS variables: its Spark gets the AWS bundle
-    and S3FileIO's settings from the catalog; each job writes with its own job token."""
-    from lockstep.examples.shopping import expected_sums  # the ground truth only
-
-    lockstep_cli = str(Path(sys.executable).parent / "lockstep")
-    with s3_service(s3, tmp_path, "demo") as service:
-        command = [lockstep_cli, "--store", service.url, "--token", ADMIN_TOKEN, "--json"]
-        command += ["demo", "--barriers", str(DEMO_BARRIERS)]
-        command += ["--job-tokens", str(tmp_path / "tokens")]  # the service's token file
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        summary = json.loads(done.stdout)
-        assert summary["consistent"], summary["reads"]
-        assert summary["barriers_done"] == DEMO_BARRIERS
-        stock = _catalog(service, READ_TOKEN)
-        tables = {name: stock.load_table(f"default.{name}") for name in AGGREGATES}
-        for barrier in range(1, DEMO_BARRIERS + 1):
-            truth = expected_sums(barrier)
-            for name, column in AGGREGATES.items():
-                snapshot = tables[name].snapshot_by_name(f"lockstep_b{barrier}")
-                assert snapshot is not None, f"{name} has no tag lockstep_b{barrier}"
-                scan = tables[name].scan(snapshot_id=snapshot.snapshot_id)
-                value = "amount" if column == 0 else "price"
-                got = {(r["user_id"], r["item_id"]): r[value] for r in scan.to_arrow().to_pylist()}
-                assert got == {key: sums[column] for key, sums in truth.items()}, (name, barrier)
-    assert any(k.endswith(".parquet") for k in s3.keys(BUCKET, "demo/default/user_item_price/"))
