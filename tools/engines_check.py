@@ -4,7 +4,7 @@
 
     .venv/bin/python tools/engines_check.py [--engines duckdb,pyiceberg,spark,...]
         [--views plain,repeatable_read,read_committed,barrier] [--reads 100]
-        [--min-barriers 20] [--store postgresql|sqlite] [--workdir DIR]
+        [--control-reads 30] [--min-barriers 20] [--store postgresql|sqlite] [--workdir DIR]
 
 It serves the Iceberg REST catalog (``lockstep serve`` with ``[iceberg]``, its store on a
 PostgreSQL server of its own by default), runs ``lockstep demo`` on it (the shopping
@@ -12,9 +12,10 @@ pipeline's three Spark jobs, each with its own job token) for as long as the rea
 and meanwhile has each engine read the three tables ``--reads`` times under each view:
 a new catalog per read (``tools/_engine_reader.py``, no Lockstep import on the reading
 side), its seven-number fingerprint checked against the ground truth of every barrier
-(``tools/_engines_truth.py``). ``plain`` (no view) is the control: it must find mixed
-reads. Engines (``tools/_engines_more.py``): ``pyiceberg``, ``duckdb``, ``spark`` (3.5, the
-project's), ``spark4`` (in ``.venv-spark4``) and ``trino`` (a server of its own).
+(``tools/_engines_truth.py``). ``plain`` (no view) is the control (``--control-reads``
+reads): it must find mixed reads. Engines (``tools/_engines_more.py``): ``pyiceberg``,
+``duckdb``, ``spark`` (3.5, the project's), ``spark4`` (in ``.venv-spark4``) and ``trino``
+(a server of its own).
 
 The engines read at once (a thread and a reader process each). Exits 1 if a read under a
 view was wrong or failed, if the control found no mixed read, or if the demo advanced
@@ -124,12 +125,19 @@ def warehouse_of(view: str, committed: int) -> str | None:
 
 
 def read_engine(
-    lake: Lakehouse, reader: EngineProcess, views: Sequence[str], reads: int
+    lake: Lakehouse,
+    reader: EngineProcess,
+    views: Sequence[str],
+    reads: int,
+    control_reads: int,
 ) -> dict[str, Tally]:
-    """``reads`` reads under each view, round robin, each checked."""
+    """``reads`` reads under each view (``control_reads`` plain ones), round robin, each
+    checked; a progress line every tenth round."""
     tallies = {view: Tally() for view in views}
-    for _ in range(reads):
+    for round_ in range(reads):
         for view in views:
+            if view == "plain" and round_ >= control_reads:
+                continue
             committed = lake.committed()
             got = reader.read(warehouse_of(view, committed))
             tally = tallies[view]
@@ -141,6 +149,12 @@ def read_engine(
             barrier = barrier_of(got["answer"])
             if barrier is None or (view == "barrier" and barrier != committed):
                 tally.wrong += 1
+        if (round_ + 1) % 10 == 0 and round_ + 1 < reads:
+            so_far = ", ".join(
+                f"{view} {t.wrong}/{t.reads}" + (f" ({len(t.errors)} errors)" if t.errors else "")
+                for view, t in tallies.items()
+            )
+            print(f"   {reader.engine}: {round_ + 1}/{reads} rounds; wrong: {so_far}", flush=True)
     return tallies
 
 
@@ -165,7 +179,9 @@ def check(args: argparse.Namespace) -> int:
                     python = setups[engine].python
                     reader = EngineProcess(engine, python, env, lake.catalog_uri, token, log)
                     try:
-                        results[engine] = read_engine(lake, reader, views, args.reads)
+                        results[engine] = read_engine(
+                            lake, reader, views, args.reads, args.control_reads
+                        )
                     finally:
                         reader.close()
                 advanced[engine] = lake.committed() - start
@@ -218,6 +234,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engines", default="pyiceberg,duckdb,spark,spark4,trino")
     parser.add_argument("--views", default=",".join(VIEWS))
     parser.add_argument("--reads", type=int, default=100, help="reads per engine and view")
+    parser.add_argument(
+        "--control-reads",
+        type=int,
+        default=30,
+        help="plain reads per engine (the control; at most --reads)",
+    )
     parser.add_argument(
         "--min-barriers", type=int, default=20, help="barriers the demo must advance meanwhile"
     )
