@@ -4,7 +4,12 @@
 of its own (``_crash_pg``) or a SQLite file, ``lockstep serve`` with ``[iceberg]`` over it
 (a token file with an admin token, a job token per shopping job, and one read token per
 reader, so that each reader's pinned views count against its own lease cap), and
-``lockstep demo`` on the service for as many barriers as it takes (stopped on exit).
+``lockstep demo`` on the service for as many barriers as it takes (stopped on exit), or
+for ``barriers``.
+
+``object_store=True`` puts the warehouse on a SeaweedFS of its own (``_seaweedfs``,
+``s3://lake/warehouse``) and has the service vend credentials: no process but the service
+holds a storage key (the AWS variables are taken out of the others' environments).
 """
 
 from __future__ import annotations
@@ -30,6 +35,14 @@ TABLES = ("shopping", "user_item_amount", "user_item_price")
 JOBS = ("load_shopping", "sum_amount", "sum_price")
 START_TIMEOUT_S = 120.0
 DEMO_BARRIERS = 100_000  # "as many as it takes": the demo is stopped when the reads end
+BUCKET = "lake"
+AWS_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+)
 
 
 def _free_port() -> int:
@@ -38,10 +51,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def keyless_environment() -> dict[str, str]:
+    """This process's environment without storage keys (a client of a vending catalog)."""
+    return {k: v for k, v in os.environ.items() if k not in AWS_VARIABLES}
+
+
 class Lakehouse:
-    def __init__(self, workdir: Path, *, store: str, readers: Sequence[str]) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        store: str,
+        readers: Sequence[str],
+        object_store: bool = False,
+        barriers: int = DEMO_BARRIERS,
+    ) -> None:
         self.workdir = workdir
         self.store_kind = store
+        self.object_store = object_store
+        self.barriers = barriers
+        self.s3: Any = None  # the SeaweedFS of an object-store lakehouse
         self.admin = secrets.token_urlsafe(24)
         self.readers = {name: secrets.token_urlsafe(24) for name in readers}
         self.jobs = {job: secrets.token_urlsafe(24) for job in JOBS}
@@ -80,21 +109,29 @@ class Lakehouse:
         tokens.write_text("\n".join(lines) + "\n")
         tokens.chmod(0o600)
         config = self.workdir / "service.toml"
-        warehouse = (self.workdir / "warehouse").resolve().as_uri()
-        config.write_text(
-            f'store = "{store_url}"\ntoken_file = "{tokens}"\n'
-            f'[iceberg]\nwarehouse = "{warehouse}"\n'
-        )
+        config.write_text(f'store = "{store_url}"\ntoken_file = "{tokens}"\n' + self._iceberg())
         cli = str(Path(sys.executable).parent / "lockstep")
         serve = [cli, "serve", "--config", str(config), "--port", str(self.port)]
-        self._spawn("serve", serve)
+        self._spawn("serve", serve, env=dict(os.environ))
         self._wait_healthy()
         target = ["--store", self.url, "--token", self.admin, "--json"]
-        demo = [cli, *target, "demo", "--barriers", str(DEMO_BARRIERS), "--job-tokens", str(tokens)]
-        self._spawn("demo", demo)
+        demo = [cli, *target, "demo", "--barriers", str(self.barriers), "--job-tokens", str(tokens)]
+        self._spawn("demo", demo, json=True)
         import lockstep
 
         self._ls = lockstep.connect(self.url, token=self.admin)
+
+    def _iceberg(self) -> str:
+        """The service's ``[iceberg]``: a local warehouse, or one on its own SeaweedFS."""
+        if not self.object_store:
+            warehouse = (self.workdir / "warehouse").resolve().as_uri()
+            return f'[iceberg]\nwarehouse = "{warehouse}"\n'
+        from _seaweedfs import SeaweedS3
+
+        self.s3 = SeaweedS3(self.workdir / "s3")
+        self.s3.start()
+        self.s3.create_bucket(BUCKET)
+        return str(self.s3.served_catalog_settings(f"s3://{BUCKET}/warehouse"))
 
     def _store_url(self) -> str:
         if self.store_kind == "sqlite":
@@ -104,13 +141,22 @@ class Lakehouse:
         self._cluster = PgCluster.create(_free_port())
         return str(self._cluster.create_database("lockstep"))
 
-    def _spawn(self, name: str, command: list[str]) -> None:
+    def _spawn(
+        self,
+        name: str,
+        command: list[str],
+        env: dict[str, str] | None = None,
+        *,
+        json: bool = False,
+    ) -> None:
+        """``command`` in a session of its own, its output in ``<name>.log`` (with ``json``,
+        its standard output in ``<name>.json``); with no storage key unless ``env`` is given
+        (the service's: it holds the store's)."""
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 (the process holds it)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        out = open(self.workdir / f"{name}.json", "wb") if json else log  # noqa: SIM115
+        env = {**(env if env is not None else keyless_environment()), "PYTHONUNBUFFERED": "1"}
         self._processes.append(
-            subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
+            subprocess.Popen(command, stdout=out, stderr=log, env=env, start_new_session=True)
         )
 
     def _wait_healthy(self) -> None:
@@ -137,6 +183,20 @@ class Lakehouse:
         if self._cluster is not None:
             self._cluster.stop()
             self._cluster = None
+        if self.s3 is not None:
+            self.s3.stop()
+            self.s3 = None
+
+    def wait_for_demo(self) -> Any:
+        """Until the demo (given ``barriers``) ends; its JSON summary. RuntimeError with its
+        log's tail if it failed."""
+        import json
+
+        code = self._processes[-1].wait()
+        if code != 0:
+            log = (self.workdir / "demo.log").read_text(errors="replace")
+            raise RuntimeError(f"the demo exited with {code}:\n{log[-3000:]}")
+        return json.loads((self.workdir / "demo.json").read_text())
 
     # -- looking -----------------------------------------------------------------------
 

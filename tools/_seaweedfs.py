@@ -220,6 +220,41 @@ class SeaweedS3:
             "AWS_DEFAULT_REGION": self.region,
         }
 
+    def served_catalog_settings(self, warehouse: str, *, duration_s: int = 900) -> str:
+        """The ``[iceberg]`` of a ``lockstep serve`` whose warehouse is ``warehouse`` on this
+        store, vending credentials: its own FileIO (``io``, the admin keys), what clients are
+        told (``client_io``: where the store is, no secret) and ``[iceberg.vending]`` (the
+        store's STS, reached with the admin keys). A client then needs no key of its own."""
+        where = {
+            "s3.endpoint": self.endpoint,
+            "s3.region": self.region,
+            "client.region": self.region,
+            "s3.path-style-access": "true",
+        }
+        keys = {"s3.access-key-id": self.access_key, "s3.secret-access-key": self.secret_key}
+        server_io = {"s3.endpoint": self.endpoint, "s3.region": self.region, **keys}
+        client_io = {**where, "io-impl": "org.apache.iceberg.aws.s3.S3FileIO"}
+        vending: dict[str, Any] = {
+            "sts-endpoint": self.endpoint,
+            "access-key-id": self.access_key,
+            "secret-access-key": self.secret_key,
+            "region": self.region,
+            "duration-s": duration_s,
+            "client": where,
+        }
+        return "\n".join(
+            [
+                "[iceberg]",
+                f"warehouse = {_toml(warehouse)}",
+                f"io = {_toml(server_io)}",
+                f"client_io = {_toml(client_io)}",
+                "",
+                "[iceberg.vending]",
+                *(f"{key} = {_toml(value)}" for key, value in vending.items()),
+                "",
+            ]
+        )
+
     def restart(self) -> None:
         """Stop and start again: same data folder, ports and keys."""
         self.stop()
@@ -240,6 +275,13 @@ class SeaweedS3:
         self.stop()
         if self._own_folder:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _toml(value: Any) -> str:
+    """A TOML value: a string or a number (JSON spells them alike), or an inline table."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
 
 
 def main(argv: list[str]) -> int:
