@@ -130,19 +130,8 @@ class PipelineResult:
         return 1e3 * (ls - statistics.median(self.plain_job[table].values()))
 
     def span_rows(self) -> list[dict[str, Any]]:
-        """Lockstep's runtime steps: p50 and mean of each, and its mean per job and barrier
-        (the sum over the run / jobs x barriers: what the step adds to a job's barrier)."""
-        job_barriers = len(deep.JOBS) * self.settings.barriers
-        return [
-            {
-                "step": name,
-                "count": len(values),
-                "p50_ms": 1e3 * statistics.median(values),
-                "mean_ms": 1e3 * statistics.fmean(values),
-                "per_job_barrier_ms": 1e3 * sum(values) / job_barriers,
-            }
-            for name, values in self.spans.items()
-        ]
+        """Lockstep's runtime steps (see :func:`span_rows`)."""
+        return span_rows(self.spans, len(deep.JOBS) * self.settings.barriers)
 
     def summary(self) -> dict[str, Any]:
         leaf_ls = list(self.lockstep[LEAF].values())
@@ -178,6 +167,22 @@ class PipelineResult:
             },
             "others_cpu_share": {path: c.others for path, c in self.phase_cpu.items()},
         }
+
+
+def span_rows(spans: dict[str, list[float]], job_barriers: int) -> list[dict[str, Any]]:
+    """Lockstep's runtime steps: p50 and mean of each, and its mean per job and barrier
+    (the sum over the run / ``job_barriers``, jobs x barriers: what the step adds to a
+    job's barrier)."""
+    return [
+        {
+            "step": name,
+            "count": len(values),
+            "p50_ms": 1e3 * statistics.median(values),
+            "mean_ms": 1e3 * statistics.fmean(values),
+            "per_job_barrier_ms": 1e3 * sum(values) / job_barriers,
+        }
+        for name, values in spans.items()
+    ]
 
 
 def _stats(samples: Sequence[float]) -> dict[str, float]:
@@ -218,15 +223,23 @@ def run_plain(
 
 def mismatched_tables(ls: Lockstep, plain: IcebergTables, barriers: int) -> dict[str, list[str]]:
     """Tables whose rows differ from ``deep.expected_tables(barriers)``, per path."""
-
-    truth = deep.expected_tables(barriers)
-    with ls.read(deep.TABLES, "repeatable_read") as read:
-        lockstep_rows = {t: read.arrow(t).to_pylist() for t in deep.TABLES}
     plain_rows = {t: plain.load(t).scan().to_arrow().to_pylist() for t in deep.TABLES}
     return {
-        path: [t for t in deep.TABLES if deep.sorted_rows(rows[t]) != truth[t]]
-        for path, rows in (("lockstep", lockstep_rows), ("plain", plain_rows))
+        "lockstep": mismatched_lockstep_tables(ls, barriers),
+        "plain": _differing(plain_rows, barriers),
     }
+
+
+def mismatched_lockstep_tables(ls: Lockstep, barriers: int) -> list[str]:
+    """The Lockstep tables whose rows, read consistently, differ from
+    ``deep.expected_tables(barriers)``."""
+    with ls.read(deep.TABLES, "repeatable_read") as read:
+        return _differing({t: read.arrow(t).to_pylist() for t in deep.TABLES}, barriers)
+
+
+def _differing(rows: dict[str, list[dict[str, Any]]], barriers: int) -> list[str]:
+    truth = deep.expected_tables(barriers)
+    return [t for t in deep.TABLES if deep.sorted_rows(rows[t]) != truth[t]]
 
 
 def run_benchmark(

