@@ -443,7 +443,8 @@ def test_the_demo_on_s3_with_vended_credentials_only_read_back_by_three_engines(
     """``lockstep demo`` through the catalog on the store, no AWS key in any process but
     the service: its jobs write their sinks with their instances' vended credentials; then
     stock pyiceberg (tags), DuckDB (a barrier view per barrier) and Spark (tags) read every
-    aggregate at every barrier through vended credentials, equal to ``expected_sums``."""
+    aggregate at every barrier through vended credentials, equal to ``expected_sums``; then
+    an admin expires and repairs with its vended credential."""
     import json
     import subprocess
     import sys
@@ -493,6 +494,54 @@ def test_the_demo_on_s3_with_vended_credentials_only_read_back_by_three_engines(
         for barrier in range(1, DEMO_BARRIERS + 1):
             for table, column in AGGREGATES.items():
                 assert found[f"{table}@{barrier}"] == _truth(barrier, column), (table, barrier)
+        _expire_and_repair_with_vended_credentials(s3, svc, [cli, "--store", svc.url], env)
+
+
+def _expire_and_repair_with_vended_credentials(
+    s3: Any, service: CatalogService, cli: list[str], env: dict[str, str]
+) -> None:
+    """``lockstep expire`` and ``lockstep repair`` by an admin holding no key: Spark's
+    expire_snapshots deletes the old snapshots' objects with the admin's vended credential
+    (only objects of the demo's tables go); the newest barrier still reads right; repair
+    reads every table's tags from the store and finds nothing to restore."""
+    import json
+    import subprocess
+
+    admin = [*cli, "--token", ADMIN_TOKEN, "--json"]
+    before = set(s3.keys(BUCKET))
+    expired = subprocess.run(
+        [*admin, "expire", "--retain-barriers", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert expired.returncode == 0, expired.stderr[-3000:]
+    results = json.loads(expired.stdout)["tables"]
+    assert len(results) == 3
+    assert all(r["deleted_files"] > 0 for r in results), results
+    gone = before - set(s3.keys(BUCKET))
+    assert gone
+    assert all(key.startswith("demo/default/") for key in gone), sorted(gone)[:5]
+    from pyiceberg.catalog import load_catalog
+
+    stock = load_catalog("r", type="rest", uri=service.uri, token=READ_TOKEN)
+    for table, column in AGGREGATES.items():
+        loaded = stock.load_table(f"default.{table}")
+        assert loaded.snapshot_by_name(f"lockstep_b{DEMO_BARRIERS - 1}") is None  # expired
+        tag = loaded.snapshot_by_name(f"lockstep_b{DEMO_BARRIERS}")
+        assert tag is not None
+        rows = loaded.scan(snapshot_id=tag.snapshot_id).to_arrow().to_pylist()
+        got = sorted([r["user_id"], r["item_id"], r[column]] for r in rows)
+        assert got == _truth(DEMO_BARRIERS, column), table
+    repaired = subprocess.run(
+        [*admin, "repair", "--dry-run"], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert repaired.returncode == 0, repaired.stderr[-3000:]
+    report = json.loads(repaired.stdout)["report"]
+    assert report["tables"] == 3
+    assert report["found"] >= 3, report
+    assert not report["restored"], report
 
 
 def _duckdb_reads_every_barrier(service: CatalogService, folder: Path) -> None:
@@ -551,3 +600,73 @@ def test_a_program_under_exec_writes_its_sink_with_its_runs_vended_credential_on
         tag = table.snapshot_by_name("lockstep_b1")
         assert tag is not None
         assert table.scan(snapshot_id=tag.snapshot_id).to_arrow().num_rows == len(shopping_rows(1))
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_the_kafka_root_source_loads_onto_s3_with_vended_credentials_only(
+    s3: Any, tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    """The orders example (``lockstep.examples.orders_kafka``: a Kafka root job and its
+    downstream aggregate) through the catalog on the store, its Spark holding no key: each
+    barrier's cut of the topic lands in ``orders`` exactly once, and ``customer_totals`` at
+    each barrier is the ground truth of the orders cut so far, read back by stock pyiceberg."""
+    import subprocess
+    import sys
+    import time
+    from datetime import datetime, timedelta, timezone
+
+    import lockstep
+    from lockstep.examples import orders_kafka
+
+    env = {k: v for k, v in os.environ.items() if k not in AWS_VARIABLES}
+    for flag in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+        env.pop(flag, None)
+    env["LOCKSTEP_TOKEN"] = ADMIN_TOKEN
+    with serve_catalog(tmp_path, vending_lines(s3), warehouse_uri=f"s3://{BUCKET}/kafka") as svc:
+        run = [sys.executable, "-m", "lockstep.examples.orders_kafka", "--topic", kafka_topic]
+        run += ["--bootstrap", kafka_bootstrap, "run", "load_orders", "customer_totals"]
+        run += ["--home", svc.url]
+
+        def run_jobs() -> str:
+            done = subprocess.run(run, capture_output=True, text=True, timeout=600, env=env)
+            assert done.returncode == 0, done.stderr[-3000:]
+            return done.stdout
+
+        assert "load_orders: 0 barriers" in run_jobs()  # registered: they start at the next
+        admin = lockstep.connect(svc.url, token=ADMIN_TOKEN)
+        batches: list[list[orders_kafka.Order]] = []
+        start = datetime.now(timezone.utc) - timedelta(seconds=1)  # before barrier 1
+        for b in (1, 2):
+            every = timedelta(milliseconds=1)
+            batch = orders_kafka.generate_orders(
+                6, start=start, every=every, seed=b, first_id=6 * b
+            )
+            orders_kafka.produce_orders(batch, topic=kafka_topic, servers=kafka_bootstrap)
+            batches.append(batch)
+            while datetime.now(timezone.utc) <= start + 6 * every:  # the batch's time is past
+                time.sleep(0.001)
+            admin.issue_barrier()
+            start = datetime.now(timezone.utc) + every  # after this barrier's ts
+        out = run_jobs()
+        assert "load_orders: 2 barriers" in out
+        assert "customer_totals: 2 barriers" in out
+        from pyiceberg.catalog import load_catalog
+
+        stock = load_catalog("r", type="rest", uri=svc.uri, token=READ_TOKEN)
+        for b in (1, 2):
+            placed = [o for batch in batches[:b] for o in batch]
+            rows = _tagged_rows(stock, "orders", b)
+            assert sorted(r["order_id"] for r in rows) == sorted(o.order_id for o in placed)
+            totals = {
+                r["customer"]: (r["amount"], r["orders"])
+                for r in _tagged_rows(stock, "customer_totals", b)
+            }
+            assert totals == orders_kafka.expected_totals(placed), f"barrier {b}"
+
+
+def _tagged_rows(catalog: Any, table: str, barrier: int) -> list[dict[str, Any]]:
+    loaded = catalog.load_table(f"default.{table}")
+    tag = loaded.snapshot_by_name(f"lockstep_b{barrier}")
+    assert tag is not None, (table, barrier)
+    return list(loaded.scan(snapshot_id=tag.snapshot_id).to_arrow().to_pylist())
