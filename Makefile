@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find lockstep topology barrier readers meta_tables examples -type d -not -name __pycache__)
 
 .PHONY: demo test test-fast test-spark4 servers lint typecheck format clean bench bench-coordinator bench-scaling \
-	bench-pipeline bench-platform bench-exec bench-exec-connect crash-check crash-check-exec
+	bench-pipeline bench-platform bench-exec bench-exec-connect crash-check crash-check-exec \
+	crash-check-s3
 
 # The venv, with the project installed editable (strict mode: a link tree that type checkers
 # and tools can follow). Re-installed when pyproject.toml changes or a package file is added.
@@ -117,6 +118,10 @@ crash-check: $(VENV)/.installed
 
 crash-check-exec: $(VENV)/.installed
 	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --jobs exec
+
+# the same on an object store: a SeaweedFS per run, restarted mid-barrier (tools/_crash_s3.py)
+crash-check-s3: $(VENV)/.installed
+	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --coordinator both --warehouse s3
 
 clean:
 	rm -rf $(VENV) $(SPARK4_VENV) $(DBT_VENV) build .typecheck .pytest_cache .mypy_cache .ruff_cache *.egg-info

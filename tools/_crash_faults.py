@@ -13,6 +13,8 @@
 - :class:`PgRestart` (service): PostgreSQL, the service's store and the JDBC catalog, is
   restarted (a clean ``fast`` shutdown or an ``immediate`` one, as a crash) in the middle
   of a barrier: some tables have written the newest barrier and some not.
+- :class:`S3Restart` (object store): the S3 server holding the tables (``tools/_crash_s3.py``)
+  is restarted the same way (``graceful`` or ``kill``), in the middle of a barrier.
 
 Each fault is an object the run ticks (:meth:`tick` returns True once it is over), so the
 run goes on tending its processes and reading while a fault unfolds.
@@ -23,7 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from _crash_procs import START_MARK
 
@@ -190,27 +192,64 @@ class LeaderPause:
 
 
 @dataclass
-class PgRestart:
-    """A PostgreSQL restart, once a barrier is under way (or after ``wait_s`` anyway)."""
+class MidBarrierRestart:
+    """A server restarted once a barrier is under way (or after ``wait_s`` anyway)."""
 
-    mode: str  # "fast" or "immediate"
+    mode: str  # how it is stopped: see each server's restart
     armed: float = field(default_factory=time.monotonic)
     wait_s: float = 20.0
+    server: ClassVar[str] = "a server"
 
     def tick(self, run: CrashRun) -> bool:
         written = run.written_now()
-        newest = max(written.values(), default=0)
-        midway = bool(written) and min(written.values()) < newest
+        midway = bool(written) and min(written.values()) < self.newest(run, written)
         if not midway and time.monotonic() - self.armed < self.wait_s:
             return False
-        assert run.pg is not None
         t0 = time.monotonic()
-        run.pg.restart(self.mode)
-        run.result.pg_restarts += 1
-        run.pg_restarted_at = time.monotonic()
+        self.restart(run)
+        run.result.idle_restarts += not midway
         where = f"tables at barriers {sorted(set(written.values()))}" if midway else "idle"
-        run.log(f"restarted PostgreSQL ({self.mode}) in {time.monotonic() - t0:.1f}s, {where}")
+        run.log(f"restarted {self.server} ({self.mode}) in {time.monotonic() - t0:.1f}s, {where}")
         return True
+
+    def newest(self, run: CrashRun, written: dict[str, int]) -> int:
+        """The barrier a table behind is under way to: the newest any table has written."""
+        return max(written.values(), default=0)
+
+    def restart(self, run: CrashRun) -> None:
+        raise NotImplementedError
 
     def stop(self) -> None:
         pass
+
+
+@dataclass
+class PgRestart(MidBarrierRestart):
+    """PostgreSQL (``fast`` or ``immediate``)."""
+
+    server: ClassVar[str] = "PostgreSQL"
+
+    def restart(self, run: CrashRun) -> None:
+        assert run.pg is not None
+        run.pg.restart(self.mode)
+        run.result.pg_restarts += 1
+        run.pg_restarted_at = time.monotonic()
+
+
+@dataclass
+class S3Restart(MidBarrierRestart):
+    """The S3 server (``graceful`` or ``kill``)."""
+
+    server: ClassVar[str] = "the S3 server"
+
+    def newest(self, run: CrashRun, written: dict[str, int]) -> int:
+        """The newest barrier issued: a table that has not written it yet has its job
+        writing files for it, or about to (the object store's part of a barrier)."""
+        issued = run.look(lambda: run.ls.barriers(limit=1))
+        return issued[0].barrier_id if issued else 0
+
+    def restart(self, run: CrashRun) -> None:
+        assert run.bucket is not None
+        run.bucket.restart(self.mode)
+        run.result.s3_restarts += 1
+        run.s3_restarted_at = time.monotonic()

@@ -41,6 +41,9 @@ JOB_PROCESSES = {  # the harness's job processes: each hosts jobs of every level
     "jobs-b": ("load_orders", "daily_revenue", "report"),
 }
 POLL_S = 0.1
+CATALOG_MARK = "catalog: "  # the line saying what the process works against
+AWS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+SECRET_PROPERTIES = ("s3.secret-access-key", "s3.session-token")  # a catalog's own keys
 # Lockstep's local JVM options plus room for compiled code: with C1 alone the code cache is
 # 48 MB, which this pipeline fills in a few minutes; then everything new runs interpreted
 # (the long version keeps a job process alive that long between kills)
@@ -74,6 +77,21 @@ def run_until_final(ls: Lockstep, runner: JobRunner, run_dir: Path, stop: thread
             stop.wait(POLL_S)
 
 
+def catalog_line(ls: Lockstep) -> str:
+    """What the process works against, for the harness's record: the Iceberg catalog,
+    whether it fences the jobs' commits itself (Lockstep's served catalog), and which
+    storage keys the process holds, in its environment or in the catalog's properties
+    (with a vending catalog: none; it gets a credential per table when it loads one)."""
+    catalog = ls.iceberg.catalog
+    guards = "; it guards commits" if catalog.guards_commits() else ""
+    held = [name for name in AWS_KEYS if os.environ.get(name)]
+    sides = (catalog.properties, catalog.spark_overrides, catalog.python_overrides)
+    held += [f"catalog's {p}" for p in SECRET_PROPERTIES if any(side.get(p) for side in sides)]
+    return f"{CATALOG_MARK}{catalog.describe()}{guards}; storage keys held: " + (
+        ", ".join(held) or "none"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("target", help="Lockstep home, or the service URL(s)")
@@ -90,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     by_id = {job.job_id: job for job in deep.JOBS}
     ls = lockstep.connect(args.target, warehouse=args.warehouse)
+    print(catalog_line(ls), flush=True)
     jvm = " ".join(["-Dderby.system.home=/tmp", *LOCAL_JVM_OPTIONS, CODE_CACHE])
     spark = ls.spark(**{"spark.driver.extraJavaOptions": jvm})
     stop = threading.Event()

@@ -139,6 +139,19 @@ class PgCluster:
         )
 
 
+def service_cluster() -> tuple[PgCluster, str]:
+    """A new cluster for a service run, and its store's URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    cluster = PgCluster.create(port)
+    try:
+        return cluster, cluster.create_database("lockstep")
+    except BaseException:
+        cluster.stop()
+        raise
+
+
 def service_store(
     workdir: Path, catalog: Mapping[str, Any] | None
 ) -> tuple[PgCluster, str, dict[str, Any]]:
@@ -148,18 +161,14 @@ def service_store(
     from lockstep.barrier.iceberg.catalog import IcebergCatalog
     from lockstep.barrier.jars import jar_path
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    cluster = PgCluster.create(port)
-    store_url = cluster.create_database("lockstep")
+    cluster, store_url = service_cluster()
     table = dict(catalog or {})
     if not table and jar_path("postgresql").is_file():
         cluster.create_database("iceberg")
         table = {
             "name": "lockstep",
             "type": "jdbc",
-            "uri": f"jdbc:postgresql://127.0.0.1:{port}/iceberg",
+            "uri": f"jdbc:postgresql://127.0.0.1:{cluster.port}/iceberg",
             "warehouse": (workdir / "warehouse").resolve().as_uri(),
             "jdbc.user": cluster.user,
         }

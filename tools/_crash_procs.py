@@ -32,6 +32,7 @@ class Managed:
     cwd: Path
     log: Path
     env: Mapping[str, str] = field(default_factory=dict)
+    unset: Sequence[str] = ()  # variables of the harness's environment it does not get
     url: str | None = None  # where a service replica listens
     done: bool = False  # meant to have ended: not restarted when it exits
     popen: subprocess.Popen[bytes] | None = None
@@ -40,7 +41,8 @@ class Managed:
     fault: str | None = None  # the LOCKSTEP_FAULT of the current start
 
     def start(self, *, fault: str | None = None) -> None:
-        env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
+        hidden = {FAULT_ENV, *self.unset}
+        env = {k: v for k, v in os.environ.items() if k not in hidden}
         env.update(self.env)
         if fault is not None:
             env[FAULT_ENV] = fault
@@ -106,7 +108,9 @@ class Managed:
         paused job process left to live on), so that this one can start a replacement,
         whose output goes to ``log`` from then on (the old process still writes to the old
         log)."""
-        ghost = Managed(name, self.argv, self.cwd, self.log, env=self.env, done=True)
+        ghost = Managed(
+            name, self.argv, self.cwd, self.log, env=self.env, unset=self.unset, done=True
+        )
         ghost.popen, ghost.started_at, ghost.starts = self.popen, self.started_at, self.starts
         ghost.fault = self.fault
         self.popen, self.log = None, log

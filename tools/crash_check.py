@@ -3,7 +3,8 @@
 ::
 
     .venv/bin/python tools/crash_check.py [--minutes N] [--coordinator embedded|service|both]
-                                          [--seed S] [--workdir DIR] [--keep]
+                                          [--warehouse local|s3] [--seed S] [--workdir DIR]
+                                          [--keep]
 
 Each run starts the deep pipeline (``lockstep.examples.deep``) on a fresh home: two job
 processes (three jobs each, one Spark JVM each), the coordinator (embedded: a barrier
@@ -17,14 +18,19 @@ a replacement has fenced it, then resumed; the leading replica is paused until a
 has taken the leadership over; PostgreSQL is restarted in the middle of a barrier
 (``tools/_crash_faults.py``). At the end every table is checked against the ground truth
 at every barrier, and every read against the barrier it claimed (see
-``tools/_crash_truth.py``). Runs repeat until ``--minutes`` have passed. With ``--jobs exec``
+``tools/_crash_truth.py``). Runs repeat until ``--minutes`` have passed. With ``--warehouse
+s3`` the tables live on a SeaweedFS of each run's own (a bucket per run), through the
+served REST catalog with vended credentials (service) or Iceberg's JDBC catalog on SQLite
+(embedded), and the S3 server is restarted in the middle of a barrier too
+(``tools/_crash_s3.py``). With ``--jobs exec``
 the jobs are plain programs under ``lockstep exec --loop`` instead, their programs and exec
 itself SIGKILLed (``tools/_crash_exec.py``).
 
 It prints runs, kills, barriers, reads and inconsistent reads per level, rows lost and
 duplicated, and exits 1 if anything was lost, duplicated or wrong, or if a
 read_committed or repeatable_read read was inconsistent. ``tests/test_crash_harness.py``
-runs one short run per coordinator mode in CI.
+runs one short run per coordinator mode in CI, ``tests/test_crash_object_store.py`` one
+per coordinator mode on the object store.
 """
 
 from __future__ import annotations
@@ -51,12 +57,14 @@ import shutil  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 
+from _crash_plan import WAREHOUSES  # noqa: E402
 from _crash_run import CrashRun, RunPlan, RunResult, fresh_workdir  # noqa: E402
 from _crash_truth import LEVELS, LevelReport, TableReport  # noqa: E402
 
 from lockstep.cli.target import catalog_table  # noqa: E402
 
 LONG_CHAOS_S = 150.0  # one run of the long version: kills for this long, then the check
+S3_EXTRA_S = 240.0  # ...and on an object store up to this much longer for the minimums
 
 
 def run_once(plan: RunPlan, workdir: Path | None = None, *, say: bool = True) -> RunResult:
@@ -74,7 +82,8 @@ def summary(results: Sequence[RunResult]) -> str:
         for level in LEVELS:
             reads[level].add(result.reads.get(level, LevelReport()))
     total = sum(r.elapsed_s for r in results)
-    modes = ", ".join(sorted({f"{r.coordinator} on {r.catalog}" for r in results}))
+    idle = sum(r.idle_restarts for r in results)
+    modes = ", ".join(sorted({_mode(r) for r in results}))
     lines = [
         f"crash check: {len(results)} run(s) ({modes}) in {total:.0f}s, "
         f"seeds {', '.join(str(r.seed) for r in results)}",
@@ -87,7 +96,13 @@ def summary(results: Sequence[RunResult]) -> str:
         f"replacement, refused {sum(r.fenced_exits for r in results)}), leading replica "
         f"{sum(r.leader_pauses for r in results)} (taken over, the new leader issuing: "
         f"{sum(r.leader_takeovers for r in results)}); PostgreSQL restarts "
-        f"{sum(r.pg_restarts for r in results)}",
+        f"{sum(r.pg_restarts for r in results)}"
+        + (
+            f", S3 server restarts {sum(r.s3_restarts for r in results)}"
+            if any(r.warehouse != "local" for r in results)
+            else ""
+        )
+        + (f" ({idle} with no barrier under way)" if idle else ""),
         f"  barriers: {sum(r.barriers for r in results)} "
         f"({tables.versions_checked} table versions checked against ground truth)",
         "  reads:        " + "  ".join(f"{level} {reads[level].reads:>5}" for level in LEVELS),
@@ -96,7 +111,13 @@ def summary(results: Sequence[RunResult]) -> str:
         "  read staged:  " + "  ".join(f"{level} {reads[level].staged:>5}" for level in LEVELS),
         f"  rows lost {tables.rows_lost}, rows duplicated {tables.rows_duplicated}, "
         f"rows unexpected {tables.rows_unexpected}; versions missing "
-        f"{tables.versions_missing}; main history anomalies {tables.history_anomalies}",
+        f"{tables.versions_missing}; main history anomalies {tables.history_anomalies}"
+        + (
+            f" (main starting on an empty snapshot stamped with the first barrier, left out: "
+            f"{tables.stamped_roots} tables)"
+            if tables.stamped_roots
+            else ""
+        ),
         f"  mislabelled reads {sum(r.mislabelled for r in reads.values())}, repeatable_read "
         f"went backwards {reads['repeatable_read'].went_backwards}, reads without a "
         f"coordinator {sum(r.read_errors for r in results)}",
@@ -104,8 +125,11 @@ def summary(results: Sequence[RunResult]) -> str:
     expected = [e for r in results for e in r.expected_errors]
     if expected:
         lines.append(
-            f"  processes that lost a killed coordinator or PostgreSQL (restarted): {len(expected)}"
+            "  processes that lost a killed coordinator, PostgreSQL or the S3 server "
+            f"(restarted): {len(expected)}"
         )
+    for said in sorted({c for r in results for c in r.job_catalogs}):
+        lines.append(f"  job processes' {said}")
     example = reads["read_uncommitted"].example
     if example:
         lines.append(f"  e.g. read_uncommitted read {example}")
@@ -117,6 +141,11 @@ def summary(results: Sequence[RunResult]) -> str:
     verdict = all(r.ok for r in results)
     lines.append("  verdict: " + ("OK" if verdict else "FAILED"))
     return "\n".join(lines)
+
+
+def _mode(result: RunResult) -> str:
+    where = "" if result.warehouse == "local" else " on s3"
+    return f"{result.coordinator} on {result.catalog}{where}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -158,31 +187,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --jobs exec: the intermediate job a PySpark program on a Spark Connect "
         "server (exec --remote; Spark 4: run it in .venv-spark4)",
     )
+    parser.add_argument(
+        "--warehouse",
+        choices=WAREHOUSES,
+        default="local",
+        help="local: the tables on the local disk; s3: on a SeaweedFS each run starts (a "
+        "bucket per run), restarted mid-barrier at least once a run (tools/_crash_s3.py)",
+    )
     parser.add_argument("--workdir", type=Path, help="keep each run's home and logs here")
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
     args = parser.parse_args(argv)
 
     modes = ["embedded", "service"] if args.coordinator == "both" else [args.coordinator]
+    if args.warehouse == "s3" and (args.catalog or args.jobs == "exec"):
+        parser.error("--warehouse s3 names its own catalogs, for the runtime's jobs")
     seed = args.seed if args.seed is not None else int(time.time()) % 100_000
     if args.jobs == "exec":
         return _exec_mode(args, seed)
     deadline = time.monotonic() + args.minutes * 60
     results: list[RunResult] = []
     while not results or time.monotonic() < deadline:
-        mode = modes[len(results) % len(modes)]
-        plan = RunPlan(
-            coordinator=mode,
-            seed=seed + len(results),
-            chaos_s=args.chaos_seconds,
-            min_job_pauses=1,  # every fault at least once a run (the service's in service runs)
-            min_leader_pauses=1,
-            min_pg_restarts=1,
-            catalog=(
-                {**catalog_table(args.catalog), "name": f"crash_{seed + len(results)}"}
-                if args.catalog
-                else None
-            ),
-        )
+        plan = _plan(args, modes[len(results) % len(modes)], seed + len(results))
         result = run_once(plan, args.workdir)
         results.append(result)
         print(summary([result]), flush=True)
@@ -193,6 +218,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(results) > 1:
         print(summary(results))
     return 0 if all(r.ok for r in results) else 1
+
+
+def _plan(args: argparse.Namespace, coordinator: str, seed: int) -> RunPlan:
+    """The long version's plan of one run: every fault at least once. On an object store a
+    run is given longer to meet the minimums (every process starts slower, and a JVM can
+    take minutes to replace a paused one on a loaded machine): a fault still under way at
+    the end fails the run."""
+    return RunPlan(
+        coordinator=coordinator,
+        seed=seed,
+        chaos_s=args.chaos_seconds,
+        extra_s=S3_EXTRA_S if args.warehouse == "s3" else RunPlan.extra_s,
+        min_job_pauses=1,  # every fault at least once a run (the service's in service runs)
+        min_leader_pauses=1,
+        min_pg_restarts=1,
+        min_s3_restarts=1,  # in object-store runs
+        warehouse=args.warehouse,
+        catalog=(
+            {**catalog_table(args.catalog), "name": f"crash_{seed}"} if args.catalog else None
+        ),
+    )
 
 
 def _exec_mode(args: argparse.Namespace, seed: int) -> int:
