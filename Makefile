@@ -6,7 +6,7 @@ PKG_DIRS := $(shell find lockstep topology barrier readers meta_tables examples 
 
 .PHONY: demo test test-fast test-spark4 servers lint typecheck format clean bench bench-coordinator bench-scaling \
 	bench-pipeline bench-platform bench-exec bench-exec-connect crash-check crash-check-exec \
-	crash-check-s3
+	crash-check-s3 demo-s3 bench-storage
 
 # The venv, with the project installed editable (strict mode: a link tree that type checkers
 # and tools can follow). Re-installed when pyproject.toml changes or a package file is added.
@@ -53,17 +53,29 @@ $(DBT_VENV)/.installed: examples/exec_shopping/dbt/requirements.txt
 demo: $(VENV)/.installed
 	$(BIN)/lockstep demo
 
+# the demo on an object store: a SeaweedFS of its own, the served catalog vending credentials
+# (tools/demo_s3.py; --stay keeps them running: make demo-s3 DEMO_S3_ARGS=--stay)
+demo-s3: $(VENV)/.installed
+	$(BIN)/python tools/demo_s3.py $(DEMO_S3_ARGS)
+
 # Two workers, each taking whole test files (module fixtures stay in one process): most of
 # the suite waits on JVMs, subprocesses and servers, so two cores run it in ~15 minutes
 # instead of ~26. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
-# The Spark 4 tier runs beside the main suite (one worker; its log printed at the end):
-# most of the suite waits on JVMs and servers, so the two share the cores well.
+# Beside the main suite, in one process after the other (their log printed at the end): the
+# Spark 4 tier, then the object-store tier (the crash harness and the storage benchmarks' smoke
+# runs on SeaweedFS, in .venv). Most of the suite waits on JVMs and servers, so they share the
+# cores well.
+SIDE_TESTS := tests/test_crash_object_store.py tests/test_bench_storage_smoke.py
 test: $(VENV)/.installed $(DBT_VENV)/.installed $(SPARK4_VENV)/.installed servers lint
-	@$(SPARK4_VENV)/bin/pytest -p no:cacheprovider $(SPARK4_TESTS) > .spark4-tier.log 2>&1 & \
-	tier=$$!; $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile; main=$$?; \
-	wait $$tier; spark4=$$?; echo "== the Spark 4 tier ($(SPARK4_VENV)):"; \
-	tail -n 40 .spark4-tier.log; exit $$(( main || spark4 ))
+	@( $(SPARK4_VENV)/bin/pytest -p no:cacheprovider $(SPARK4_TESTS); spark4=$$?; \
+	  $(BIN)/pytest -p no:cacheprovider $(SIDE_TESTS); s3=$$?; exit $$(( spark4 || s3 )) ) \
+	  > .side-tiers.log 2>&1 & \
+	tier=$$!; $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(SIDE_TESTS)); \
+	main=$$?; wait $$tier; side=$$?; \
+	echo "== beside it: the Spark 4 tier ($(SPARK4_VENV)), then the object-store tier:"; \
+	grep -E "^(FAILED|ERROR) |^=+ .*(passed|failed|error)" .side-tiers.log; \
+	tail -n 30 .side-tiers.log; exit $$(( main || side ))
 
 # the Spark 4 tier alone
 test-spark4: $(SPARK4_VENV)/.installed
@@ -101,6 +113,11 @@ bench-pipeline: $(VENV)/.installed
 
 bench-platform: $(VENV)/.installed
 	$(BIN)/python bench/platform_scale.py
+
+# the pipeline on an object store vs a local disk, and a table load with and without vending
+bench-storage: $(VENV)/.installed
+	$(BIN)/python bench/pipeline_storage.py
+	$(BIN)/python bench/vending_loads.py
 
 # lockstep exec over Spark Connect (Spark 4): a job per barrier by exec spawning spark-sql or
 # spark-submit, by exec over one warm Spark Connect server, and in the Python runtime
