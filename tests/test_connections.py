@@ -19,6 +19,8 @@ from service_fixtures import ADMIN_TOKEN
 
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.service.connections import ConnectionLimits, GuardedHttp
+from lockstep.service.server import KEEP_ALIVE_S, _uvicorn_options
+from lockstep.service.settings import ServiceSettings
 
 DEADLINE_S = 0.5
 CAP = 4
@@ -37,7 +39,10 @@ def guarded(tmp_path: Path, clock: FakeClock) -> Iterator[str]:
     app = create_app(store, tokens=load_tokens(tmp_path / "tokens"))
     GuardedHttp.configure(ConnectionLimits(CAP, DEADLINE_S))
     port = free_port()
-    config = uvicorn.Config(app, port=port, log_level="error", http=GuardedHttp)
+    keep_alive = _uvicorn_options(ServiceSettings(store="sqlite://"))["timeout_keep_alive"]
+    config = uvicorn.Config(
+        app, port=port, log_level="error", http=GuardedHttp, timeout_keep_alive=keep_alive
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -82,6 +87,19 @@ def test_a_request_that_stops_arriving_is_cut_at_the_deadline(guarded: str) -> N
             started = time.monotonic()
             assert _closed(sock, 10 * DEADLINE_S), partial
             assert time.monotonic() - started >= DEADLINE_S * 0.8
+
+
+def test_an_idle_connection_is_kept_past_what_pools_keep_one(guarded: str) -> None:
+    """A connection idle longer than uvicorn's default keep-alive (5 s) still serves its
+    next request: a client reusing it does not race the server closing it."""
+    assert KEEP_ALIVE_S > 60
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", int(guarded.rsplit(":", 1)[1]))) as sock:
+        sock.settimeout(10)
+        for _ in range(2):
+            sock.sendall(request)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+            time.sleep(6)  # the idle time under test: longer than uvicorn's default 5 s
 
 
 def test_what_the_guard_never_cuts(guarded: str) -> None:
