@@ -63,10 +63,11 @@ demo-s3: $(VENV)/.installed
 # instead of ~26. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
 # Beside the main suite, in one process after the other (their log printed at the end): the
-# Spark 4 tier, then the object-store tier (the crash harness and the storage benchmarks' smoke
-# runs on SeaweedFS, in .venv). Most of the suite waits on JVMs and servers, so they share the
-# cores well.
-SIDE_TESTS := tests/test_crash_object_store.py tests/test_bench_storage_smoke.py
+# Spark 4 tier, then the object-store tier (on SeaweedFS, in .venv: the crash harness, the
+# storage benchmarks' smoke runs, the jobs with vended credentials). Most of the suite waits on
+# JVMs and servers, so they share the cores well.
+SIDE_TESTS := tests/test_crash_object_store.py tests/test_bench_storage_smoke.py \
+	tests/test_vending_jobs.py
 test: $(VENV)/.installed $(DBT_VENV)/.installed $(SPARK4_VENV)/.installed servers lint
 	@( $(SPARK4_VENV)/bin/pytest -p no:cacheprovider $(SPARK4_TESTS); spark4=$$?; \
 	  $(BIN)/pytest -p no:cacheprovider $(SIDE_TESTS); s3=$$?; exit $$(( spark4 || s3 )) ) \
