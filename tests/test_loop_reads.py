@@ -5,6 +5,7 @@ answers, and what it does with connections the server dropped or a request cance
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -137,6 +138,35 @@ def test_a_cancelled_read_closes_its_connection(pg_store: SqlMetadataStore) -> N
     left, barrier = asyncio.run(scenario())
     assert left == 0  # the cancelled statement's connection was not handed out again
     assert barrier == 1
+
+
+def test_close_does_not_hang_on_a_task_that_loses_its_cancellation(
+    pg_store: SqlMetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg can lose a task's cancellation (psycopg/psycopg#1371): close() leaves such a
+    task behind after CLOSE_WAIT_S instead of waiting for it forever (a service's shutdown
+    would hang on it)."""
+    from lockstep.meta_tables.store.sql.resolution import on_loop
+
+    monkeypatch.setattr(on_loop, "CLOSE_WAIT_S", 0.2)
+    reads = LoopReads(pg_store.engine, connections=1)
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):  # as a lost cancellation
+                await release.wait()
+
+    async def scenario() -> bool:
+        task = asyncio.create_task(stubborn())
+        reads._tasks = [task]
+        await asyncio.wait_for(reads.close(), 5)  # TimeoutError: close() hung
+        left = not task.done()
+        release.set()
+        await task
+        return left
+
+    assert asyncio.run(scenario())  # the task was still running: close() did not wait for it
 
 
 def test_loop_reads_refuse_another_dialect(tmp_path: Any) -> None:

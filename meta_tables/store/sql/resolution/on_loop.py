@@ -50,6 +50,10 @@ READ_AT_ONCE = 1_000  # tables read into memory in one statement
 RETRY_S = (0.05, 5.0)  # a lost listener, or a failed read into memory, tries again after
 SYNC = "sync:"  # a payload on the heads' channel that names no table (caught_up)
 LISTENER_NAME = "lockstep heads listener"  # its application_name, in pg_stat_activity
+# How long close() waits for the listener and the reader to end once cancelled, and for an
+# idle connection to close: psycopg can lose a task's cancellation (psycopg/psycopg#1371),
+# and a shutdown must not hang on it (a test client's teardown once waited 15 minutes)
+CLOSE_WAIT_S = 5.0
 log = logging.getLogger("lockstep.resolution.on_loop")
 
 
@@ -120,13 +124,23 @@ class LoopReads:
             self._syncs.pop(token, None)
 
     async def close(self) -> None:
+        """Stop the listener and the reader, close the idle connections; within about
+        ``CLOSE_WAIT_S`` each, whatever psycopg does with a cancellation."""
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            done, stuck = await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+            for task in done:
+                if not task.cancelled():
+                    task.exception()  # retrieved: it ended as it may, the reads are over
+            if stuck:
+                names = ", ".join(task.get_name() for task in stuck)
+                log.warning("%s did not end within %.0f s of closing; left", names, CLOSE_WAIT_S)
         idle, self._idle = self._idle, []
         for connection in idle:
-            await connection.close()
+            with contextlib.suppress(TimeoutError, psycopg.Error):
+                await asyncio.wait_for(connection.close(), CLOSE_WAIT_S)
 
     # -- memory ------------------------------------------------------------------------------
 
