@@ -163,15 +163,26 @@ class SeaweedS3:
                     f"weed mini exited with {self.process.returncode}:\n{self.log_tail()}"
                 )
             try:
-                client.list_buckets()
+                self._read_one(client)
                 return
-            except Exception as e:  # not listening, or the filer not ready yet
+            except Exception as e:  # not listening, or the filer or volume not ready yet
                 last = e
                 time.sleep(0.2)  # a server's start: nothing to wait on but its answer
         raise RuntimeError(
             f"weed mini's S3 at {self.endpoint} did not answer in {START_TIMEOUT_S:.0f} s "
             f"({last!r}):\n{self.log_tail()}"
         )
+
+    @staticmethod
+    def _read_one(client: Any) -> None:
+        """List the buckets and, after a restart, read an object back: the filer can answer
+        listings before the volume server serves data (a read then fails with a 500)."""
+        for bucket in client.list_buckets().get("Buckets", ()):
+            found = client.list_objects_v2(Bucket=bucket["Name"], MaxKeys=5).get("Contents", ())
+            for item in found:
+                if not item["Key"].endswith("/"):
+                    client.get_object(Bucket=bucket["Name"], Key=item["Key"])["Body"].read()
+                    return
 
     def log_tail(self) -> str:
         try:
