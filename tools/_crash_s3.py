@@ -144,26 +144,7 @@ class RunBucket:
 
     def service_iceberg(self) -> str:
         """The replicas' ``[iceberg]`` table: the served catalog on the bucket, vending."""
-        server_io = {"s3.endpoint": self.s3.endpoint, "s3.region": self.s3.region}
-        vending = {
-            "sts-endpoint": self.s3.endpoint,
-            "access-key-id": self.s3.access_key,
-            "secret-access-key": self.s3.secret_key,
-            "region": self.s3.region,
-            "duration-s": 900,
-            "client": self._where(),
-        }
-        lines = [
-            "[iceberg]",
-            f"warehouse = {json.dumps(self.warehouse)}",
-            f"io = {_toml({**server_io, **self._keys()})}",
-            f"client_io = {_toml({**self._where(), 'io-impl': S3_FILE_IO})}",
-            "",
-            "[iceberg.vending]",
-            *(f"{key} = {_toml(value)}" for key, value in vending.items()),
-            "",
-        ]
-        return "\n".join(lines)
+        return str(self.s3.served_catalog_settings(self.warehouse))
 
     def embedded_catalog(self, home: Path) -> dict[str, Any]:
         """The ``[catalog]`` of an embedded run: Iceberg's JDBC catalog on SQLite."""
