@@ -6,7 +6,7 @@ PKG_DIRS := $(shell find lockstep topology barrier readers meta_tables examples 
 
 .PHONY: demo test test-fast test-spark4 servers lint typecheck format clean bench bench-coordinator bench-scaling \
 	bench-pipeline bench-platform bench-exec bench-exec-connect crash-check crash-check-exec \
-	crash-check-s3 demo-s3 bench-storage
+	crash-check-s3 demo-s3 bench-storage engines-check
 
 # The venv, with the project installed editable (strict mode: a link tree that type checkers
 # and tools can follow). Re-installed when pyproject.toml changes or a package file is added.
@@ -133,6 +133,13 @@ bench-exec: $(VENV)/.installed
 CRASH_MINUTES ?= 10
 crash-check: $(VENV)/.installed
 	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --coordinator both
+
+# The long form of the engines' reads (CI runs the short one in tests/test_iceberg_rest_engines.py):
+# DuckDB, pyiceberg, Spark 3.5, Spark 4 and Trino, 100 reads each under every view while the
+# demo advances >= 20 barriers through the served catalog on PostgreSQL (an hour or more).
+ENGINES_ARGS ?= --reads 100 --min-barriers 20
+engines-check: $(VENV)/.installed $(SPARK4_VENV)/.installed servers
+	$(BIN)/python tools/engines_check.py $(ENGINES_ARGS)
 
 crash-check-exec: $(VENV)/.installed
 	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --jobs exec

@@ -1,20 +1,27 @@
 """What a barrier of an exec'd Spark job costs over Spark Connect, beside spawning a JVM.
 
-Per barrier, the shopping pipeline's ``sum_amount`` five ways, each on a served catalog of
+Per barrier, the shopping pipeline's ``sum_amount`` eight ways, each on a served catalog of
 its own (in this process, SQLite store, local warehouse), the order rotated barrier by
-barrier:
+barrier. A ``lockstep exec`` process a barrier, as cron would run it:
 
 - ``exec spark-sql``: ``lockstep exec sum_amount -- spark-sql -f sum_amount.sql`` (a JVM a
   barrier, the SQL job as most users run it);
 - ``exec spark-submit``: the same job as a PySpark app (``sum_app.py``) by ``spark-submit``;
-- ``exec connect sql``: the SQL file through ``run_sql.py`` with ``exec --remote``, on one
-  warm Spark Connect server;
-- ``exec connect app``: ``sum_app.py`` with ``exec --remote``;
-- ``runtime``: the same job in Lockstep's Python runtime (one warm JVM in this process).
+- ``connect run_sql.py``: the SQL file through the PySpark app ``run_sql.py`` with
+  ``exec --remote``, on one warm Spark Connect server;
+- ``connect app``: ``sum_app.py`` with ``exec --remote``;
+- ``connect --sql``: the SQL file's statements run by exec itself (``--sql``, no program);
 
-Each exec is a ``lockstep exec`` process for one barrier (as cron would run it). It prints
-each way's p50, its ratio to the runtime's, and where exec's time goes (the CLI's start,
-attach, the run's opening with its Spark Connect session, the program, the publish).
+one ``lockstep exec --loop`` for all the barriers (a barrier's time: from its being
+available to the job until exec says it is written; the loop is held, SIGSTOP, while the
+root writes the barrier, so that its clock starts where the others' do):
+
+- ``loop connect --sql`` and ``loop connect app``: the two above;
+
+and ``runtime``: the same job in Lockstep's Python runtime (one warm JVM in this process).
+It prints each way's p50, its ratio to the runtime's, and where exec's time goes (the CLI's
+start, attach, the run's opening with its Spark Connect session, the program or the
+statements, the publish; under ``--loop``, ``wake``: the barrier's news reaching exec).
 It needs Spark 4 (its wheel carries the Connect server): run it in ``.venv-spark4``.
 
     .venv-spark4/bin/python bench/exec_connect.py --barriers 8
@@ -25,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,23 +49,26 @@ from _exec_parts import (
     Served,
     environment,
     exec_timings,
+    finished_exec,
     root_command,
     run_exec,
     serve,
+    start_exec,
     user_spark_conf,
 )
 from _output import format_rows, machine, say, write_json
 
 PY = sys.executable
-WAYS: dict[str, tuple[list[str], bool]] = {  # way -> (the program, over Spark Connect)
-    "exec spark-sql": (["spark-sql", "-f", str(EXAMPLES / "sum_amount.sql")], False),
-    "exec spark-submit": (["spark-submit", str(EXAMPLES / "sum_app.py"), "amount"], False),
-    "exec connect sql": (
-        [PY, str(EXAMPLES / "run_sql.py"), str(EXAMPLES / "sum_amount.sql")],
-        True,
-    ),
-    "exec connect app": ([PY, str(EXAMPLES / "sum_app.py"), "amount"], True),
+SQL = str(EXAMPLES / "sum_amount.sql")
+APP = ["--", PY, str(EXAMPLES / "sum_app.py"), "amount"]
+WAYS: dict[str, tuple[list[str], bool]] = {  # way -> (exec's words, over Spark Connect)
+    "exec spark-sql": (["--", "spark-sql", "-f", SQL], False),
+    "exec spark-submit": (["--", "spark-submit", str(EXAMPLES / "sum_app.py"), "amount"], False),
+    "connect run_sql.py": (["--", PY, str(EXAMPLES / "run_sql.py"), SQL], True),
+    "connect app": (APP, True),
+    "connect --sql": (["--sql", SQL], True),
 }
+LOOPS: dict[str, list[str]] = {"loop connect --sql": ["--sql", SQL], "loop connect app": APP}
 RUNTIME = "runtime"
 
 
@@ -85,30 +97,73 @@ def _runtime(ls: Any) -> Any:
 
 def measure(barriers: int, work: Path, remote: str) -> dict[str, list[dict[str, float]]]:
     env = environment(user_spark_conf(work / "user-conf"))
-    served = {way: serve(work / way.replace(" ", "-")) for way in [*WAYS, RUNTIME]}
+    ways = [*WAYS, *LOOPS, RUNTIME]
+    served = {way: serve(work / _folder(way)) for way in ways}
     lss = {way: _connect(s) for way, s in served.items()}
     runner = _runtime(lss[RUNTIME])
+    loops = {
+        way: start_exec(
+            served[way],
+            "sum_amount",
+            ["--barriers", str(barriers), "--timeout", "600", "--remote", remote, *words],
+            work,
+            env,
+            work / f"{_folder(way)}.log",
+        )
+        for way, words in LOOPS.items()
+    }
     times: dict[str, list[dict[str, float]]] = {way: [] for way in served}
-    ways = list(served)
     for index in range(barriers):
         rotated = ways[index % len(ways) :] + ways[: index % len(ways)]
         for way in rotated:
             b = lss[way].issue_barrier().barrier_id
+            if way in LOOPS:  # held while the root writes: its barrier is "available" below
+                loops[way].send_signal(signal.SIGSTOP)
             run_exec(served[way], "load_shopping", ["--", *root_command()], work, env)
+            started = time.perf_counter()
+            if way in LOOPS:
+                loops[way].send_signal(signal.SIGCONT)
             if way == RUNTIME:
-                started = time.perf_counter()
                 assert runner.run(max_barriers=1) == 1
                 times[way].append({"wall": time.perf_counter() - started})
-                continue
-            command, over_connect = WAYS[way]
-            options = ["--remote", remote] if over_connect else []
-            done = run_exec(
-                served[way], "sum_amount", [*options, "--timeout", "300", "--", *command], work, env
-            )
-            times[way].append(exec_timings(done))
+            elif way in LOOPS:
+                _written(loops[way], work / f"{_folder(way)}.log", b)
+                times[way].append({"wall": time.perf_counter() - started})
+            else:
+                words, over_connect = WAYS[way]
+                options = ["--remote", remote] if over_connect else []
+                done = run_exec(
+                    served[way], "sum_amount", [*options, "--timeout", "300", *words], work, env
+                )
+                times[way].append(exec_timings(done))
         say(f"barrier {b} done ({index + 1} of {barriers})")
+    for way, process in loops.items():  # exec's own account of each barrier, at its end
+        report = finished_exec(process, work / f"{_folder(way)}.log")
+        for measured, barrier in zip(times[way], report["barriers"], strict=True):
+            measured.update({k: barrier[f"{k}_s"] for k in ("open", "program", "publish")})
+            measured["wake"] = measured["wall"] - sum(
+                measured[k] for k in ("open", "program", "publish")
+            )
     _check(served, barriers)
     return times
+
+
+def _folder(way: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in way)
+
+
+def _written(process: subprocess.Popen[str], log: Path, barrier: int) -> None:
+    """Until the looping exec says ``barrier`` is written (its stderr, in ``log``)."""
+    line = f"sum_amount: barrier {barrier} written"
+    deadline = time.monotonic() + 600
+    while line not in log.read_text():
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"lockstep exec --loop exited {process.returncode}:\n{log.read_text()[-4000:]}"
+            )
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no {line!r} in 600 s:\n{log.read_text()[-4000:]}")
+        time.sleep(0.01)  # a benchmark's poll of a log file: 10 ms is its resolution
 
 
 def _check(served: dict[str, Served], barriers: int) -> None:

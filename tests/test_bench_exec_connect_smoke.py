@@ -35,8 +35,11 @@ def test_the_connect_benchmark_runs_every_way(tmp_path: Path) -> None:
     assert set(times) == {
         "exec spark-sql",
         "exec spark-submit",
-        "exec connect sql",
-        "exec connect app",
+        "connect run_sql.py",
+        "connect app",
+        "connect --sql",
+        "loop connect --sql",
+        "loop connect app",
         "runtime",
     }
     for way, measured in times.items():

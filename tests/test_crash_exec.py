@@ -10,14 +10,16 @@ read. The long version: ``tools/crash_check.py --jobs exec --minutes N``.
 Over Spark Connect (#45, Spark 4 tier): the intermediate job a PySpark program on one
 shared server, a session per run (``exec --remote``); a program killed mid-statement
 leaves the server to finish it, and that late commit must be refused. The long version:
-``.venv-spark4/bin/python tools/crash_check.py --jobs exec --spark-connect``."""
+``.venv-spark4/bin/python tools/crash_check.py --jobs exec --spark-connect``. And the
+same job as a SQL file that exec runs itself (``--sql``), SIGTERMed as well as killed
+(``... --spark-connect --sql``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from _crash_exec import KINDS, ExecResult, run_exec_mode
+from _crash_exec import ExecResult, run_exec_mode
 
 pytestmark = pytest.mark.slow
 
@@ -28,8 +30,9 @@ def test_exec_programs_killed_at_random_lose_and_duplicate_nothing(tmp_path: Pat
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("sql", [False, True], ids=["program", "sql_file"])
 def test_exec_programs_on_spark_connect_killed_at_random_lose_and_duplicate_nothing(
-    tmp_path: Path,
+    tmp_path: Path, sql: bool
 ) -> None:
     from _spark_connect import ConnectServer, connect_supported
 
@@ -37,12 +40,15 @@ def test_exec_programs_on_spark_connect_killed_at_random_lose_and_duplicate_noth
     if why is not None:
         pytest.skip(f"no Spark Connect here: {why} (the Spark 4 tier runs it)")
     with ConnectServer() as server:
-        _holds(run_exec_mode(tmp_path, seed=45, chaos_s=20.0, extra_s=120.0, remote=server.url))
+        result = run_exec_mode(
+            tmp_path, seed=45, chaos_s=20.0, extra_s=120.0, remote=server.url, sql=sql
+        )
+    _holds(result)
 
 
 def _holds(result: ExecResult) -> None:
     print(result.summary())
-    assert all(result.made[kind] >= 1 for kind in KINDS), result.made
+    assert all(result.made[kind] >= 1 for kind in result.kinds), result.made
     assert result.barriers >= 3
     assert (result.rows_lost, result.rows_duplicated, result.wrong_versions) == (0, 0, 0)
     assert result.problems == []

@@ -4,8 +4,9 @@ the root a pyiceberg script, ``sum_amount`` a SQL file run by ``spark-sql -f`` a
 run is a JVM of its own (seconds each here), so CI runs two barriers;
 ``make bench-exec`` runs eight (bench/exec_pipeline.py).
 
-Over Spark Connect (#45, Spark 4), both SQL files run through the plain PySpark app
-``run_sql.py`` on one warm server (``exec --remote``), each run in a session of its own."""
+Over Spark Connect (#45, Spark 4), on one warm server (``exec --remote``), each run in a
+session of its own: ``sum_amount``'s file by exec itself (``--sql``, no program), and
+``sum_price``'s through the plain PySpark app ``run_sql.py``."""
 
 from __future__ import annotations
 
@@ -51,16 +52,18 @@ def user_spark_conf(folder: Path) -> Path:
 def exec_job(
     service: CatalogService,
     job: str,
-    command: list[str],
+    what: list[str],
     cwd: Path,
     env: dict[str, str],
     *options: str,
+    barriers: int = BARRIERS,
 ) -> subprocess.CompletedProcess[str]:
-    """``lockstep exec JOB --barriers N [OPTIONS] -- COMMAND`` with the job's own token."""
+    """``lockstep exec JOB --barriers N [OPTIONS] WHAT`` with the job's own token (WHAT:
+    ``-- COMMAND...`` or ``--sql FILE``)."""
     words = [str(BIN / "lockstep"), "--store", service.url, "--token", SHOPPING_JOB_TOKENS[job]]
-    every = ["--barriers", str(BARRIERS), "--timeout", "300", *options]
+    every = ["--barriers", str(barriers), "--timeout", "300", *options]
     return subprocess.run(
-        [*words, "exec", job, *every, "--", *command],
+        [*words, "exec", job, *every, *what],
         capture_output=True,
         text=True,
         timeout=900,
@@ -74,8 +77,8 @@ def test_the_shopping_pipeline_as_unmodified_programs_through_exec(
 ) -> None:
     app = [str(EXAMPLES / "run_sql.py"), str(EXAMPLES / "sum_price.sql")]
     programs = {
-        "sum_amount": ["spark-sql", "-f", str(EXAMPLES / "sum_amount.sql")],
-        "sum_price": ["spark-submit", *app],
+        "sum_amount": ["--", "spark-sql", "-f", str(EXAMPLES / "sum_amount.sql")],
+        "sum_price": ["--", "spark-submit", *app],
     }
     _pipeline_through_exec(iceberg_service, tmp_path, programs)
 
@@ -83,13 +86,24 @@ def test_the_shopping_pipeline_as_unmodified_programs_through_exec(
 def test_the_shopping_pipeline_over_spark_connect(
     iceberg_service: CatalogService, tmp_path: Path, connect_server: str
 ) -> None:
-    """The SQL files through the plain PySpark app, each run a session of its own on one
-    warm Spark (no JVM started per barrier)."""
+    """Each run a session of its own on one warm Spark (no JVM started per barrier):
+    ``sum_amount``'s SQL file run by exec itself (``--sql``), after a first try with a file
+    whose second statement fails has published nothing; ``sum_price``'s by the plain PySpark
+    app."""
+    app = [sys.executable, str(EXAMPLES / "run_sql.py"), str(EXAMPLES / "sum_price.sql")]
     programs = {
-        job: [sys.executable, str(EXAMPLES / "run_sql.py"), str(EXAMPLES / f"{job}.sql")]
-        for job in ("sum_amount", "sum_price")
+        "sum_amount": ["--sql", str(EXAMPLES / "sum_amount.sql")],
+        "sum_price": ["--", *app],
     }
-    _pipeline_through_exec(iceberg_service, tmp_path, programs, "--remote", connect_server)
+    broken = tmp_path / "broken.sql"
+    broken.write_text(
+        "SELECT 'kept; quoted' AS one; -- a comment; not a statement\n"
+        "INSERT INTO default.user_item_amount SELECT * FROM no_such_table;\n"
+    )
+    first_try = {"sum_amount": ["--sql", str(broken)]}
+    _pipeline_through_exec(
+        iceberg_service, tmp_path, programs, "--remote", connect_server, first_try=first_try
+    )
 
 
 def _pipeline_through_exec(
@@ -97,9 +111,11 @@ def _pipeline_through_exec(
     tmp_path: Path,
     programs: dict[str, list[str]],
     *options: str,
+    first_try: dict[str, list[str]] | None = None,
 ) -> None:
     """The root by pyiceberg, then ``programs`` (sum_amount, sum_price) through exec with
-    ``options``, a dashboard reading meanwhile; every tag read back against the truth."""
+    ``options``, a dashboard reading meanwhile; every tag read back against the truth.
+    ``first_try``: what each job runs once before, failing (nothing may be published)."""
     import lockstep
     from lockstep.cli.jobs_file import load_jobs_file
     from lockstep.demo import Dashboard
@@ -119,7 +135,7 @@ def _pipeline_through_exec(
     root = exec_job(
         iceberg_service,
         "load_shopping",
-        [sys.executable, str(EXAMPLES / "load_shopping.py")],
+        ["--", sys.executable, str(EXAMPLES / "load_shopping.py")],
         tmp_path,
         env,
     )
@@ -130,6 +146,12 @@ def _pipeline_through_exec(
     stop = threading.Event()
     reader = threading.Thread(target=_read_until, args=(dashboard, stop), daemon=True)
     reader.start()
+    for job, what in (first_try or {}).items():
+        failed = exec_job(iceberg_service, job, what, tmp_path, env, *options, barriers=1)
+        assert failed.returncode == 1, failed.stderr[-3000:]
+        assert "kept; quoted" in failed.stdout  # a query's rows, as spark-sql prints them
+        assert "statement 2 of 2 failed (INSERT INTO" in failed.stderr, failed.stderr[-3000:]
+        assert "barrier 1 is not published" in failed.stderr
     sql = exec_job(iceberg_service, "sum_amount", programs["sum_amount"], tmp_path, env, *options)
     submitted = exec_job(
         iceberg_service, "sum_price", programs["sum_price"], tmp_path, env, *options
@@ -181,11 +203,11 @@ def test_each_run_on_spark_connect_sees_its_own_catalog_only(connect_server: str
 
     key = "spark.sql.catalog.lockstep"
     with (
-        remote_session(connect_server, run("a")) as url_a,
-        remote_session(connect_server, run("b")) as url_b,
+        remote_session(connect_server, run("a")) as session_a,
+        remote_session(connect_server, run("b")) as session_b,
     ):
-        program_a = SparkSession.builder.remote(url_a).create()  # as SPARK_REMOTE makes it
-        program_b = SparkSession.builder.remote(url_b).create()
+        program_a = SparkSession.builder.remote(session_a.url).create()  # as SPARK_REMOTE does
+        program_b = SparkSession.builder.remote(session_b.url).create()
         # (a key named like a token is set but never read back through Spark Connect)
         assert program_a.conf.get(f"{key}.warehouse") == "run-a"
         assert program_b.conf.get(f"{key}.warehouse") == "run-b"
@@ -193,6 +215,6 @@ def test_each_run_on_spark_connect_sees_its_own_catalog_only(connect_server: str
         other = SparkSession.builder.remote(connect_server).create()
         assert other.conf.get(f"{key}.warehouse", "unset") == "unset"
         other.stop()
-    closed = SparkSession.builder.remote(url_a).create()
+    closed = SparkSession.builder.remote(session_a.url).create()
     with pytest.raises(Exception, match="SESSION_CLOSED"):
         closed.sql("SELECT 1").collect()

@@ -14,6 +14,10 @@ at random moments the harness:
 - restarts an exec with ``LOCKSTEP_FAULT`` so it kills itself right after PROCESSED or
   right after the publish (the next exec's recovery publishes the barrier, once).
 
+With ``sql`` (and ``remote``), ``sums`` is ``_crash_exec_sums.sql`` run by exec itself
+(``--sql``: no program to kill), and the first kind is SIGTERM of exec instead: it
+interrupts the running statement and publishes nothing.
+
 Meanwhile barriers are issued and the demo's dashboard reads at every level. Then the
 jobs finish the last barrier and every table is checked at every ``lockstep_b<N>``:
 ``shopping`` against the generated rows (lost, duplicated), the aggregates against
@@ -40,6 +44,7 @@ TOOLS = Path(__file__).resolve().parent
 EXAMPLES = TOOLS.parent / "examples" / "exec_shopping"
 ADMIN = "crash-exec-admin-token-01"
 KINDS = ("program_kill", "exec_kill", "exec_fault")
+SQL_KINDS = ("exec_term", "exec_kill", "exec_fault")  # exec --sql: no program process
 FAULT_POINTS = ("after_processed", "after_publish")
 
 
@@ -56,6 +61,7 @@ class ExecResult:
     reads: dict[str, dict[str, Any]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     workdir: str = ""
+    kinds: tuple[str, ...] = KINDS
 
     @property
     def ok(self) -> bool:
@@ -71,7 +77,7 @@ class ExecResult:
         lines = [
             f"crash check (exec programs): seed {self.seed}, {self.elapsed_s:.0f}s, "
             f"{self.barriers} barriers, exec starts {self.exec_starts}",
-            "  kills: " + ", ".join(f"{k} {self.made[k]}" for k in KINDS),
+            "  kills: " + ", ".join(f"{k} {self.made[k]}" for k in self.kinds),
             f"  reads: {reads}",
             f"  rows lost {self.rows_lost}, rows duplicated {self.rows_duplicated}, wrong "
             f"aggregate versions {self.wrong_versions}",
@@ -91,13 +97,15 @@ def run_exec_mode(
     extra_s: float = 60.0,
     *,
     remote: str | None = None,
+    sql: bool = False,
 ) -> ExecResult:
     """One run in ``workdir``; its figures and verdict. With ``remote`` (a Spark Connect
-    URL) the intermediate job is a PySpark program on that server, a session per run."""
+    URL) the intermediate job is a PySpark program on that server, a session per run; with
+    ``sql`` too, a SQL file that exec runs there itself."""
     from _crash_exec_check import check_tables, serve
 
     rng = random.Random(seed)
-    result = ExecResult(seed, workdir=str(workdir))
+    result = ExecResult(seed, workdir=str(workdir), kinds=SQL_KINDS if sql else KINDS)
     started = time.monotonic()
     served = serve(workdir, ADMIN)
     ls = served.connect()
@@ -105,15 +113,16 @@ def run_exec_mode(
     ls.register_job("sums", sources=["shopping"], sinks=["user_item_amount", "user_item_price"])
     served.catalog().create_namespace("default")
     sums = "_crash_exec_sums.py" if remote is None else "_crash_exec_sums_spark.py"
-    jobs = {
-        "load_shopping": [sys.executable, str(EXAMPLES / "load_shopping.py")],
-        "sums": [sys.executable, str(TOOLS / sums)],
+    words = {
+        "load_shopping": ["--", sys.executable, str(EXAMPLES / "load_shopping.py")],
+        "sums": ["--", sys.executable, str(TOOLS / sums)],
     }
-    options = {"sums": ["--remote", remote] if remote else []}
-    procs = {
-        job: _exec_process(served, job, [*options.get(job, []), "--", *command], workdir)
-        for job, command in jobs.items()
-    }
+    if sql and not remote:
+        raise ValueError("exec --sql runs on a Spark Connect server: give remote")
+    if remote:
+        what = ["--sql", str(TOOLS / "_crash_exec_sums.sql")] if sql else words["sums"]
+        words["sums"] = ["--remote", remote, *what]
+    procs = {job: _exec_process(served, job, w, workdir) for job, w in words.items()}
     for proc in procs.values():
         proc.start()
     stop_reads, dashboard = threading.Event(), served.dashboard()
@@ -147,7 +156,8 @@ def run_exec_mode(
 
 
 def _exec_process(served: Any, job: str, words: list[str], workdir: Path) -> Managed:
-    """``lockstep exec JOB --loop WORDS`` (WORDS: options, ``--``, the program)."""
+    """``lockstep exec JOB --loop WORDS`` (WORDS: options, then ``-- PROGRAM`` or
+    ``--sql FILE``)."""
     argv = [
         str(Path(sys.executable).parent / "lockstep"),
         "--store",
@@ -186,14 +196,17 @@ def _restart_ended(procs: dict[str, Managed], result: ExecResult) -> None:
 def _disturb(
     rng: random.Random, ls: Any, procs: dict[str, Managed], orphans: list[int], result: ExecResult
 ) -> None:
-    kind = min(KINDS, key=lambda k: (result.made[k], rng.random()))  # the least made first
+    kinds = result.kinds
+    kind = min(kinds, key=lambda k: (result.made[k], rng.random()))  # the least made first
     if rng.random() < 0.5:
-        kind = rng.choice(KINDS)
+        kind = rng.choice(kinds)
     proc = procs[rng.choice(sorted(procs))]
     if proc.poll() is not None:
         return
     children = _children(proc.pid)
-    if kind == "program_kill":
+    if kind == "exec_term":  # a clean stop: the running statement interrupted, no publish
+        os.kill(proc.pid, signal.SIGTERM)
+    elif kind == "program_kill":
         if not children:
             return  # waiting for a barrier: nothing to kill yet
         _kill_quietly(children[0])
@@ -252,7 +265,12 @@ def _read(dashboard: Any, stop: threading.Event) -> None:
 
 
 def exec_runs(
-    minutes: float, seed: int, chaos_s: float, workdir: Path | None, remote: str | None = None
+    minutes: float,
+    seed: int,
+    chaos_s: float,
+    workdir: Path | None,
+    remote: str | None = None,
+    sql: bool = False,
 ) -> list[ExecResult]:
     """Exec-mode runs until ``minutes`` have passed (at least one); each printed."""
     import shutil
@@ -265,7 +283,7 @@ def exec_runs(
         base = workdir if workdir is not None else Path(tempfile.gettempdir())
         path = base / f"crash-exec-{run_seed}-{os.getpid()}"
         path.mkdir(parents=True, exist_ok=True)
-        result = run_exec_mode(path, run_seed, chaos_s, remote=remote)
+        result = run_exec_mode(path, run_seed, chaos_s, remote=remote, sql=sql)
         results.append(result)
         print(result.summary(), flush=True)
         if not result.ok:

@@ -188,6 +188,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "server (exec --remote; Spark 4: run it in .venv-spark4)",
     )
     parser.add_argument(
+        "--sql",
+        action="store_true",
+        help="with --spark-connect: the intermediate job a SQL file that exec runs itself "
+        "(exec --sql), SIGTERMed as well as killed",
+    )
+    parser.add_argument(
         "--warehouse",
         choices=WAREHOUSES,
         default="local",
@@ -247,13 +253,19 @@ def _exec_mode(args: argparse.Namespace, seed: int) -> int:
     from _crash_exec import exec_runs
     from _spark_connect import ConnectServer, connect_supported
 
+    if args.sql and not args.spark_connect:
+        print(
+            "--sql needs --spark-connect (exec --sql runs on a Spark Connect server)",
+            file=sys.stderr,
+        )
+        return 2
     if args.spark_connect and connect_supported() is not None:
         print(f"--spark-connect: {connect_supported()}", file=sys.stderr)
         return 2
     with ConnectServer() if args.spark_connect else nullcontext() as server:
         remote = server.url if server is not None else None
         chaos = min(args.chaos_seconds, 60.0)
-        runs = exec_runs(args.minutes, seed, chaos, args.workdir, remote)
+        runs = exec_runs(args.minutes, seed, chaos, args.workdir, remote, sql=args.sql)
     return 0 if all(r.ok for r in runs) else 1
 
 

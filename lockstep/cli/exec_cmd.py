@@ -1,5 +1,6 @@
 """``lockstep exec JOB [--loop] [--timeout S] -- COMMAND ...``: an unmodified program as a
-job's barriers.
+job's barriers (or ``--remote sc://... --sql FILE``: a SQL file's statements, run by exec
+itself over the run's Spark Connect session, ``exec_sql``).
 
 Per barrier: wait for the job's next barrier (saying so every few seconds), open its run
 (``exec_job``), run COMMAND with the run's catalog in its environment (``exec_env``) while
@@ -20,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,8 @@ from lockstep.barrier.session import BarrierWaitTimeout
 from lockstep.cli.arguments import int_at_least, positive_float
 from lockstep.cli.exec_env import catalog_jars, program_environment
 from lockstep.cli.exec_job import OpenRun, ProgramJob
-from lockstep.cli.exec_remote import REMOTE_ENV, remote_session
+from lockstep.cli.exec_remote import REMOTE_ENV, RunSession, remote_session
+from lockstep.cli.exec_sql import read_statements, run_statements
 from lockstep.cli.format import Output
 from lockstep.cli.target import client_token, connect_args
 from lockstep.errors import InvalidRequestError
@@ -48,6 +50,8 @@ class _Child:
 
     process: subprocess.Popen[bytes] | None = None
     stop: threading.Event = field(default_factory=threading.Event)
+    signum: int | None = None  # the signal that set ``stop``
+    interrupt: Callable[[], None] | None = None  # stops exec's own work (--sql's statement)
 
 
 def _say(message: str) -> None:
@@ -57,6 +61,8 @@ def _say(message: str) -> None:
 def cmd_exec(args: argparse.Namespace) -> Output:
     """Run an unmodified program as one barrier of a job (or one per barrier, with --loop)."""
     _job_id, command = parse_words(args)
+    if args.sql is not None:
+        _check_sql(args)
     barriers = 1 if not (args.loop or args.barriers) else args.barriers
     child = _Child()
     conf_dir = Path(tempfile.mkdtemp(prefix="lockstep-exec-"))
@@ -101,17 +107,22 @@ def _loop(
             break  # stopped while waiting
         clock = [time.monotonic()]
         run = job.open(barrier)
-        _say(f"{job.job_id}: barrier {barrier.barrier_id}: running {' '.join(command)}")
-        env = program_environment(run, conf_dir, os.environ, jars)
-        with _spark_connect(args.remote, run) as spark_remote:
-            if spark_remote is not None:  # the run's own session on the shared Spark
-                env[REMOTE_ENV] = spark_remote
+        _say(f"{job.job_id}: barrier {barrier.barrier_id}: running {_what(args, command)}")
+        with _spark_connect(args.remote, run) as session:
             clock.append(time.monotonic())
-            status = _run_program(job, run, command, env, child, args.heartbeat)
+            if args.sql is not None:
+                assert session is not None  # _check_sql
+                status = _run_sql(job, session, args.sql, child, args.heartbeat)
+            else:
+                env = program_environment(run, conf_dir, os.environ, jars)
+                if session is not None:  # the run's own session on the shared Spark
+                    env[REMOTE_ENV] = session.url
+                status = _run_program(job, run, command, env, child, args.heartbeat)
             clock.append(time.monotonic())
         if status != 0:
+            what = "the SQL file" if args.sql is not None else "the program"
             _say(
-                f"{job.job_id}: the program exited {status}: barrier {barrier.barrier_id} is "
+                f"{job.job_id}: {what} exited {status}: barrier {barrier.barrier_id} is "
                 "not published (the next `lockstep exec` runs it again)"
             )
             break
@@ -135,15 +146,44 @@ def _loop(
 
 
 @contextmanager
-def _spark_connect(remote: str | None, run: OpenRun) -> Iterator[str | None]:
+def _spark_connect(remote: str | None, run: OpenRun) -> Iterator[RunSession | None]:
     """With a Spark Connect server (``--remote``, else ``$SPARK_REMOTE``), a session of the
     run's own there (``exec_remote``); else nothing."""
     remote = remote or os.environ.get(REMOTE_ENV)
     if not remote:
         yield None
         return
-    with remote_session(remote, run.catalog) as url:
-        yield url
+    with remote_session(remote, run.catalog) as session:
+        yield session
+
+
+def _check_sql(args: argparse.Namespace) -> None:
+    """``--sql`` needs a Spark Connect server, and a file with statements (read now, so a
+    typo fails before any barrier is taken; read again each barrier)."""
+    if not (args.remote or os.environ.get(REMOTE_ENV)):
+        raise InvalidRequestError(
+            "--sql runs the file's statements over Spark Connect: give --remote "
+            "sc://HOST:PORT (or set $SPARK_REMOTE); without a Spark Connect server, run the "
+            f"file by a program: lockstep exec {args.job_id} -- spark-sql -f {args.sql}"
+        )
+    read_statements(args.sql)
+
+
+def _what(args: argparse.Namespace, command: list[str]) -> str:
+    return f"the statements of {args.sql}" if args.sql is not None else " ".join(command)
+
+
+def _run_sql(
+    job: ProgramJob, session: RunSession, path: Path, child: _Child, heartbeat_s: float
+) -> int:
+    """``--sql``: the file's statements on the run's session, heartbeating; a signal
+    interrupts the running statement (the barrier is not published)."""
+    with Heartbeat(job.session, heartbeat_s):  # its first beat refuses a fenced instance
+        child.interrupt = session.spark.interruptAll
+        try:
+            return run_statements(session.spark, path, _say, lambda: child.signum)
+        finally:
+            child.interrupt = None
 
 
 def _wait(job: ProgramJob, timeout_s: float | None, stop: threading.Event) -> Barrier | None:
@@ -195,10 +235,13 @@ def _forwarding_signals(child: _Child) -> Iterator[None]:
         return
 
     def handle(signum: int, _frame: FrameType | None) -> None:
+        child.signum = signum
         child.stop.set()
         process = child.process
         if process is not None and process.poll() is None:
             os.killpg(process.pid, signum)
+        if child.interrupt is not None:  # a gRPC call of its own: not from inside the handler
+            threading.Thread(target=child.interrupt, daemon=True).start()
         _say(f"{signal.Signals(signum).name}: stopping after this barrier")
 
     previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -259,6 +302,13 @@ def _options() -> argparse.ArgumentParser:
         "own per run (default: $SPARK_REMOTE)",
     )
     options.add_argument(
+        "--sql",
+        type=Path,
+        metavar="FILE",
+        help="with --remote: run FILE's statements over the run's Spark Connect session, "
+        "no program (instead of -- COMMAND)",
+    )
+    options.add_argument(
         "--heartbeat", type=positive_float, default=HEARTBEAT_S, help=argparse.SUPPRESS
     )
     return options
@@ -272,8 +322,15 @@ def parse_words(args: argparse.Namespace) -> tuple[str, list[str]]:
     again.add_argument("job_id", metavar="JOB")
     again.parse_args(words[:cut], namespace=args)
     command = words[cut + 1 :]
-    if not command:
+    if args.sql is not None and command:
         raise InvalidRequestError(
-            "give the program to run after --: lockstep exec JOB -- spark-sql -f model.sql"
+            f"give either --sql FILE or a program after --, not both (--sql {args.sql} -- "
+            f"{' '.join(command)})"
+        )
+    if args.sql is None and not command:
+        raise InvalidRequestError(
+            "give the program to run after --: lockstep exec JOB -- spark-sql -f model.sql "
+            "(or, with a Spark Connect server: lockstep exec JOB --remote sc://HOST:PORT "
+            "--sql model.sql)"
         )
     return args.job_id, command

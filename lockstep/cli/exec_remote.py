@@ -6,9 +6,9 @@ own on that server, sets the run's catalog in it (the catalog's ``spark.sql.cata
 settings and ``spark.sql.defaultCatalog``: a session's settings, seen by no other session),
 and hands the program ``SPARK_REMOTE`` naming that session (``;session_id=<uuid>``). A
 PySpark program's ``SparkSession.builder.getOrCreate()`` then attaches to it and finds the
-run's catalog; a SQL file runs through a PySpark app that runs its statements
-(``examples/exec_shopping/run_sql.py``: ``spark-sql`` itself cannot use Spark Connect). When
-the program ends, exec closes the session (a program that stopped it already closed it).
+run's catalog; a SQL file's statements run on the session from exec itself (``--sql``,
+``exec_sql``: ``spark-sql`` cannot use Spark Connect). When the run ends, exec closes the
+session (a program that stopped it already closed it).
 
 Another run's session is another random id: it sees neither this run's view nor its token.
 What a session cannot set, the server must have from its start: the Iceberg runtime jar and
@@ -23,6 +23,7 @@ import re
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from lockstep.cli.exec_env import EXTENSIONS, RunCatalog, spark_defaults
@@ -56,9 +57,17 @@ def run_settings(catalog: RunCatalog) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class RunSession:
+    """A run's Spark Connect session: its URL (for a program) and exec's client of it."""
+
+    url: str
+    spark: Any  # pyspark.sql.connect.session.SparkSession
+
+
 @contextmanager
-def remote_session(remote: str, catalog: RunCatalog) -> Iterator[str]:
-    """A Spark Connect session with the run's catalog set; its URL for the program."""
+def remote_session(remote: str, catalog: RunCatalog) -> Iterator[RunSession]:
+    """A Spark Connect session with the run's catalog set, closed at the end."""
     url = session_url(remote, str(uuid.uuid4()))
     spark = _connect(url)
     try:
@@ -70,7 +79,7 @@ def remote_session(remote: str, catalog: RunCatalog) -> Iterator[str]:
                 "the Iceberg runtime jar (docs/exec.md#spark-connect)"
             )
         _set(spark, run_settings(catalog))
-        yield url
+        yield RunSession(url, spark)
     finally:
         # closes the server's session; if the program closed it already, that error says
         # nothing worth keeping: the session is gone either way
@@ -100,5 +109,10 @@ def _connect(url: str) -> Any:
 
 
 def _set(spark: Any, settings: Mapping[str, str]) -> None:
+    """The settings in one request where the client can (PySpark 4), else one by one."""
+    set_all = getattr(spark.conf, "_set_all", None)
+    if set_all is not None:
+        set_all(configs=dict(settings), silent=False)
+        return
     for key, value in settings.items():
         spark.conf.set(key, value)

@@ -105,18 +105,15 @@ class RemoteJobRunner:
         run = self.program.open(barrier)
         previous = self.program._previous(barrier.barrier_id)
         cuts = input_cuts(self.ls.store, self.session, self.job, barrier, previous)
-        with remote_session(self.remote, run.catalog) as url:
-            self._step(run, url, previous, cuts)
+        with remote_session(self.remote, run.catalog) as session:
+            self._step(run, session.spark, previous, cuts)
         self.program.finish(barrier.barrier_id)
         self.barriers_written += 1
         self.progress(f"{self.job.job_id}: barrier {barrier.barrier_id} written")
 
     def _step(
-        self, run: OpenRun, url: str, previous: Barrier | None, cuts: dict[str, dict[str, Any]]
+        self, run: OpenRun, spark: Any, previous: Barrier | None, cuts: dict[str, dict[str, Any]]
     ) -> None:
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.builder.remote(url).create()
         ctx = RunViewContext(
             store=self.ls.store,
             job=self.job,
