@@ -108,6 +108,14 @@ def _connect(url: str) -> Any:
             os.environ.pop(CONNECT_MODE, None)
 
 
+def enter_connect_mode() -> None:
+    """Flag this whole process as Spark Connect's (PySpark's process-wide variable, under
+    which ``pyspark.sql.functions`` and friends build Connect plans): for a process whose
+    jobs all run on Spark Connect (``lockstep run --remote``), set once, never unset, since
+    its jobs' threads share it."""
+    os.environ[CONNECT_MODE] = "1"
+
+
 def _set(spark: Any, settings: Mapping[str, str]) -> None:
     """The settings in one request where the client can (PySpark 4), else one by one."""
     set_all = getattr(spark.conf, "_set_all", None)

@@ -30,7 +30,7 @@ from lockstep.barrier.runtime.run_view_context import RunViewContext
 from lockstep.barrier.runtime.runner import input_cuts
 from lockstep.barrier.session import JobSession
 from lockstep.cli.exec_job import OpenRun, ProgramJob
-from lockstep.cli.exec_remote import remote_session
+from lockstep.cli.exec_remote import enter_connect_mode, remote_session
 from lockstep.errors import JobStepError
 
 if TYPE_CHECKING:
@@ -73,6 +73,7 @@ class RemoteJobRunner:
 
     def start(self) -> JobSession:
         """Register the job (idempotent), attach a new instance (fencing older ones), recover."""
+        enter_connect_mode()  # the job's step builds Connect plans (F.col and the like)
         self.ls.store.register_job(self.job.spec())
         return self.program.start()
 
