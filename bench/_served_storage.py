@@ -9,7 +9,6 @@ no other process of the benchmark does: clients get credentials from the catalog
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -27,7 +26,6 @@ TOOLS = Path(__file__).resolve().parent.parent / "tools"
 BUCKET = "lake"
 ADMIN = "bench-storage-admin-token-01"
 READ = "bench-storage-read-token-001"
-S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
 CREDENTIAL_LIFE_S = 3600  # longer than any run: a cached credential stays cached
 AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
@@ -59,37 +57,10 @@ def object_store(folder: Path) -> Iterator[Any]:
         os.environ.update({k: v for k, v in saved.items() if v is not None})
 
 
-def _inline(table: dict[str, str]) -> str:
-    """A TOML inline table."""
-    return "{ " + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in table.items()) + " }"
-
-
 def s3_iceberg_lines(s3: Any) -> str:
-    """``[iceberg]``'s lines for a warehouse on ``s3``, as docs/deploy.md spells them: the
-    service's own keys (``io``), what clients are told (``client_io``, no secret), and
-    ``vending`` (the store's STS, the service's keys, the FileIO settings handed along)."""
-    where = {
-        "s3.endpoint": s3.endpoint,
-        "s3.region": s3.region,
-        "s3.path-style-access": "true",
-        "client.region": s3.region,
-    }
-    server_io = {
-        "s3.endpoint": s3.endpoint,
-        "s3.region": s3.region,
-        "s3.access-key-id": s3.access_key,
-        "s3.secret-access-key": s3.secret_key,
-    }
-    vending = {
-        "sts-endpoint": s3.endpoint,
-        "access-key-id": s3.access_key,
-        "secret-access-key": s3.secret_key,
-        "region": s3.region,
-        "duration-s": str(CREDENTIAL_LIFE_S),
-    }
-    spelled = _inline(vending).removesuffix(" }") + f", client = {_inline(where)} }}"
-    clients = _inline({**where, "io-impl": S3_FILE_IO})
-    return f"io = {_inline(server_io)}\nclient_io = {clients}\nvending = {spelled}\n"
+    """``[iceberg]``'s lines for a warehouse on ``s3`` (tools/_seaweedfs.py spells them as
+    docs/deploy.md does), its credentials living ``CREDENTIAL_LIFE_S``."""
+    return str(s3.served_catalog_lines(duration_s=CREDENTIAL_LIFE_S))
 
 
 @contextmanager

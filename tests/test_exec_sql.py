@@ -77,7 +77,8 @@ def test_a_missing_or_empty_sql_file_is_refused_before_any_barrier(
     remote = ["--remote", "sc://localhost:1"]  # never reached: the file is read first
     code, err = _exec(["nightly", *remote, "--sql", str(tmp_path / "gone.sql")], capsys)
     assert code == 2
-    assert "cannot read the SQL file" in err and "No such file" in err
+    assert "cannot read the SQL file" in err
+    assert "No such file" in err
     empty = tmp_path / "empty.sql"
     empty.write_text("-- nothing yet\n")
     code, err = _exec(["nightly", *remote, "--sql", str(empty)], capsys)

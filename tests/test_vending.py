@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 from iceberg_rest_fixtures import CatalogService, serve_catalog
 from service_fixtures import ADMIN_TOKEN, LOAD_JOB_TOKEN, READ_TOKEN, SUM_JOB_TOKEN
-from test_object_store import BUCKET, S3_FILE_IO, _inline, server_io
+from test_object_store import BUCKET
 
 pytest.importorskip("pyiceberg")
 pytestmark = pytest.mark.slow
@@ -47,22 +47,8 @@ def s3() -> Iterator[Any]:
 
 
 def vending_lines(s3: Any) -> str:
-    where = {
-        "s3.endpoint": s3.endpoint,
-        "s3.region": s3.region,
-        "s3.path-style-access": "true",
-        "client.region": s3.region,
-    }
-    vending = {
-        "sts-endpoint": s3.endpoint,
-        "access-key-id": s3.access_key,
-        "secret-access-key": s3.secret_key,
-        "region": s3.region,
-        "duration-s": "900",
-    }
-    spelled = _inline(vending).removesuffix(" }") + f", client = {_inline(where)} }}"
-    clients = _inline({**where, "io-impl": S3_FILE_IO})
-    return f"io = {_inline(server_io(s3))}\nclient_io = {clients}\nvending = {spelled}\n"
+    """The catalog's ``[iceberg]`` lines on the store, vending 900 s credentials."""
+    return str(s3.served_catalog_lines(duration_s=900))
 
 
 class Lake:

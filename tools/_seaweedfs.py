@@ -232,10 +232,16 @@ class SeaweedS3:
         }
 
     def served_catalog_settings(self, warehouse: str, *, duration_s: int = 900) -> str:
-        """The ``[iceberg]`` of a ``lockstep serve`` whose warehouse is ``warehouse`` on this
-        store, vending credentials: its own FileIO (``io``, the admin keys), what clients are
-        told (``client_io``: where the store is, no secret) and ``[iceberg.vending]`` (the
-        store's STS, reached with the admin keys). A client then needs no key of its own."""
+        """The ``[iceberg]`` table of a ``lockstep serve`` whose warehouse is ``warehouse``
+        on this store, vending credentials (:meth:`served_catalog_lines`)."""
+        return f"[iceberg]\nwarehouse = {_toml(warehouse)}\n{self.served_catalog_lines(duration_s)}"
+
+    def served_catalog_lines(self, duration_s: int = 900) -> str:
+        """``[iceberg]``'s lines for a warehouse on this store, as docs/deploy.md spells
+        them: the service's own FileIO (``io``, the admin keys), what clients are told
+        (``client_io``: where the store is, no secret) and ``vending`` (the store's STS,
+        reached with the admin keys, credentials of ``duration_s``, and the FileIO settings
+        handed along). A client then needs no key of its own."""
         where = {
             "s3.endpoint": self.endpoint,
             "s3.region": self.region,
@@ -253,17 +259,9 @@ class SeaweedS3:
             "duration-s": duration_s,
             "client": where,
         }
-        return "\n".join(
-            [
-                "[iceberg]",
-                f"warehouse = {_toml(warehouse)}",
-                f"io = {_toml(server_io)}",
-                f"client_io = {_toml(client_io)}",
-                "",
-                "[iceberg.vending]",
-                *(f"{key} = {_toml(value)}" for key, value in vending.items()),
-                "",
-            ]
+        return "".join(
+            f"{key} = {_toml(value)}\n"
+            for key, value in (("io", server_io), ("client_io", client_io), ("vending", vending))
         )
 
     def restart(self) -> None:

@@ -38,30 +38,22 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+if __name__ == "__main__":  # the installed lockstep, not the root's folder (_installed.py)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _installed import import_installed_lockstep
 
-def _import_installed_lockstep() -> None:
-    """Run as a script (or ``-m`` from the repository root), the root's ``lockstep/``
-    folder would shadow the installed package: drop the root, keep ``tools/`` importable."""
-    tools = Path(__file__).resolve().parent
-    root = tools.parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != root]
-    if str(tools) not in sys.path:
-        sys.path.insert(0, str(tools))
+    import_installed_lockstep()
 
+import argparse
+import shutil
+import time
+from collections.abc import Sequence
 
-if __name__ == "__main__":
-    _import_installed_lockstep()
+from _crash_plan import WAREHOUSES
+from _crash_run import CrashRun, RunPlan, RunResult, fresh_workdir
+from _crash_truth import LEVELS, LevelReport, TableReport
 
-import argparse  # noqa: E402
-import shutil  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-
-from _crash_plan import WAREHOUSES  # noqa: E402
-from _crash_run import CrashRun, RunPlan, RunResult, fresh_workdir  # noqa: E402
-from _crash_truth import LEVELS, LevelReport, TableReport  # noqa: E402
-
-from lockstep.cli.target import catalog_table  # noqa: E402
+from lockstep.cli.target import catalog_table
 
 LONG_CHAOS_S = 150.0  # one run of the long version: kills for this long, then the check
 S3_EXTRA_S = 240.0  # ...and on an object store up to this much longer for the minimums

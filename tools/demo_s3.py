@@ -24,29 +24,22 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+if __name__ == "__main__":  # the installed lockstep, not the root's folder (_installed.py)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _installed import import_installed_lockstep
 
-def _import_installed_lockstep() -> None:
-    """Run as a script, the root's ``lockstep/`` folder would shadow the installed
-    package: drop the root, keep ``tools/`` importable."""
-    tools = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != tools.parent]
-    if str(tools) not in sys.path:
-        sys.path.insert(0, str(tools))
+    import_installed_lockstep()
 
+import argparse
+import contextlib
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
 
-if __name__ == "__main__":
-    _import_installed_lockstep()
-
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import signal  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from typing import Any  # noqa: E402
-
-from _engines_lakehouse import Lakehouse  # noqa: E402
+from _engines_lakehouse import Lakehouse
 
 AGGREGATES = {"user_item_amount": "amount", "user_item_price": "price"}
 READER = "you"  # the read token's name in the Lakehouse
