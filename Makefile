@@ -66,17 +66,24 @@ TEST_WORKERS ?= 2
 # Spark 4 tier, then the object-store tier (on SeaweedFS, in .venv: the crash harness, the
 # storage benchmarks' smoke runs, the jobs with vended credentials). Most of the suite waits on
 # JVMs and servers, so they share the cores well.
+# And from the start, in a process of its own that mostly sleeps: a vended credential's
+# expiry (the store's STS issues nothing shorter than 900 s), its log in .expiry-tier.log.
 SIDE_TESTS := tests/test_crash_object_store.py tests/test_bench_storage_smoke.py \
 	tests/test_vending_jobs.py
+EXPIRY_TESTS := tests/test_vending_expiry.py
 test: $(VENV)/.installed $(DBT_VENV)/.installed $(SPARK4_VENV)/.installed servers lint
-	@( $(SPARK4_VENV)/bin/pytest -p no:cacheprovider $(SPARK4_TESTS); spark4=$$?; \
+	@$(BIN)/pytest -p no:cacheprovider $(EXPIRY_TESTS) > .expiry-tier.log 2>&1 & expiry=$$!; \
+	( $(SPARK4_VENV)/bin/pytest -p no:cacheprovider $(SPARK4_TESTS); spark4=$$?; \
 	  $(BIN)/pytest -p no:cacheprovider $(SIDE_TESTS); s3=$$?; exit $$(( spark4 || s3 )) ) \
 	  > .side-tiers.log 2>&1 & \
-	tier=$$!; $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(SIDE_TESTS)); \
-	main=$$?; wait $$tier; side=$$?; \
+	tier=$$!; $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile \
+	  $(addprefix --ignore=,$(SIDE_TESTS) $(EXPIRY_TESTS)); \
+	main=$$?; wait $$tier; side=$$?; wait $$expiry; late=$$?; \
 	echo "== beside it: the Spark 4 tier ($(SPARK4_VENV)), then the object-store tier:"; \
 	grep -E "^(FAILED|ERROR) |^=+ .*(passed|failed|error)" .side-tiers.log; \
-	tail -n 30 .side-tiers.log; exit $$(( main || side ))
+	tail -n 30 .side-tiers.log; \
+	echo "== and a vended credential's expiry:"; tail -n 15 .expiry-tier.log; \
+	exit $$(( main || side || late ))
 
 # the Spark 4 tier alone
 test-spark4: $(SPARK4_VENV)/.installed
