@@ -212,3 +212,65 @@ def _wait_for_stage(service: CatalogService) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("the program never staged default.a")
+
+
+FLAKY = textwrap.dedent(
+    """
+    import os, sys, pyarrow as pa
+    from pathlib import Path
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    runs = Path(sys.argv[1])
+    run = len(runs.read_text()) + 1 if runs.exists() else 1
+    runs.write_text("x" * run)
+    schema = Schema(NestedField(1, "barrier", LongType(), required=False))
+    barrier = int(os.environ["LOCKSTEP_BARRIER"])
+    rows = pa.table({"barrier": pa.array([barrier], pa.int64())})
+    load_catalog("lockstep").create_table_if_not_exists("default.flaky", schema).append(rows)
+    sys.exit(3 if run % int(sys.argv[2]) == 0 else 0)  # after its commit: staged, not published
+    """
+)
+
+
+def test_exec_loop_runs_a_failed_barrier_again_and_publishes_each_barrier_once(
+    iceberg_service: CatalogService, tmp_path: Path
+) -> None:
+    """#47: a program that fails every third run, after committing its rows, under
+    ``--barriers 6``: the loop keeps going, each failed barrier runs again, every barrier
+    is published exactly once, and ``--json`` says each barrier as it happens."""
+    import json
+
+    program = tmp_path / "flaky.py"
+    program.write_text(FLAKY)
+    admin = _admin(iceberg_service)
+    admin.register_job("flaky", sinks=["flaky"])
+    _admin_catalog(iceberg_service).create_namespace("default")
+    for _ in range(6):
+        admin.issue_barrier()
+    runs = tmp_path / "runs"
+    flaky = [sys.executable, str(program), str(runs)]
+    done = lockstep(
+        iceberg_service, "--json", "exec", "flaky", "--barriers", "6", "--", *flaky, "3"
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(runs.read_text()) == 8  # runs 3 and 6 failed: barriers 3 and 5 ran twice
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"')]
+    assert [(e["event"], e["barrier"]) for e in events] == [
+        ("written", 1), ("written", 2), ("failed", 3), ("written", 3),
+        ("written", 4), ("failed", 5), ("written", 5), ("written", 6),
+    ]  # fmt: skip
+    assert "running barrier 3 again in 1 s (failure 1 in a row" in done.stderr
+    table = _reader(iceberg_service).load_table("default.flaky")
+    for barrier in range(1, 7):
+        rows = sorted(r["barrier"] for r in _rows(table, f"lockstep_b{barrier}"))
+        assert rows == list(range(1, barrier + 1)), barrier  # each once: no failed run's rows
+
+    admin.issue_barrier()
+    always = lockstep(
+        iceberg_service, "exec", "flaky", "--loop", "--max-failures", "2", "--", *flaky, "1"
+    )
+    assert always.returncode == 3, always.stderr  # the program's status
+    assert "2 failed run(s) in a row (--max-failures 2): stopping" in always.stderr
+    assert _rows(_reader(iceberg_service).load_table("default.flaky")) == _rows(table)

@@ -5,7 +5,8 @@ itself over the run's Spark Connect session, ``exec_sql``).
 Per barrier: wait for the job's next barrier (saying so every few seconds), open its run
 (``exec_job``), run COMMAND with the run's catalog in its environment (``exec_env``) while
 the instance heartbeats, and publish only if COMMAND exited 0. A nonzero exit, a signal or
-a crash publishes nothing: the next ``exec`` runs the same barrier again. Ctrl-C or SIGTERM
+a crash publishes nothing: the next ``exec`` runs the same barrier again (under ``--loop``,
+this one, after a pause that doubles, until ``--max-failures`` in a row). Ctrl-C or SIGTERM
 is passed to COMMAND (its own process group); the loop stops after it. The exit status is
 COMMAND's (128+N for a signal N), or 2 for exec's own errors (fenced, no barrier in time).
 """
@@ -13,6 +14,7 @@ COMMAND's (128+N for a signal N), or 2 for exec's own errors (fenced, no barrier
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -41,6 +43,9 @@ from lockstep.cli.target import client_token, connect_args
 from lockstep.errors import InvalidRequestError
 
 WAIT_REPORT_S = 10.0  # how often a wait for a barrier says it is still waiting
+RETRY_FIRST_S = 1.0  # the pause before a failed barrier's first rerun under --loop (doubling)
+RETRY_MAX_S = 60.0
+DEFAULT_MAX_FAILURES = 5  # failed runs in a row before --loop stops
 DEFAULT_CATALOG_NAME = "lockstep"
 
 
@@ -97,52 +102,117 @@ def _loop(
     child: _Child,
     conf_dir: Path,
 ) -> Output:
+    """Barrier after barrier (``barriers`` of them, None: until stopped). Under ``--loop``
+    or ``--barriers`` a failed run is run again after a pause that doubles each time, until
+    ``--max-failures`` in a row; without, the first failure ends it."""
     written: list[int] = []
     timings: list[dict[str, float]] = []  # where each barrier's time went
+    failures: list[dict[str, int]] = []
     jars = catalog_jars(job.catalog_uri, job.token)  # e.g. the AWS bundle for S3FileIO
-    status = 0
+    looping = bool(args.loop or args.barriers)
+    status, in_a_row = 0, 0
     while barriers is None or len(written) < barriers:
         barrier = _wait(job, args.timeout, child.stop)
         if barrier is None:
             break  # stopped while waiting
-        clock = [time.monotonic()]
-        run = job.open(barrier)
-        _say(f"{job.job_id}: barrier {barrier.barrier_id}: running {_what(args, command)}")
-        with _spark_connect(args.remote, run) as session:
-            clock.append(time.monotonic())
-            if args.sql is not None:
-                assert session is not None  # _check_sql
-                status = _run_sql(job, session, args.sql, child, args.heartbeat)
-            else:
-                env = program_environment(run, conf_dir, os.environ, jars)
-                if session is not None:  # the run's own session on the shared Spark
-                    env[REMOTE_ENV] = session.url
-                status = _run_program(job, run, command, env, child, args.heartbeat)
-            clock.append(time.monotonic())
-        if status != 0:
-            what = "the SQL file" if args.sql is not None else "the program"
-            _say(
-                f"{job.job_id}: {what} exited {status}: barrier {barrier.barrier_id} is "
-                "not published (the next `lockstep exec` runs it again)"
-            )
+        status, timing = _run_barrier(job, barrier, command, args, child, conf_dir, jars)
+        if status == 0:
+            in_a_row = 0
+            timings.append(timing)
+            written.append(barrier.barrier_id)
+            _say(f"{job.job_id}: barrier {barrier.barrier_id} written")
+            _event(args, looping, {"event": "written", "job_id": job.job_id, **timing})
+            if child.stop.is_set():
+                break
+            continue
+        in_a_row += 1
+        failures.append({"barrier": barrier.barrier_id, "exit_status": status})
+        failed = {"barrier": barrier.barrier_id, "exit_status": status, "in_a_row": in_a_row}
+        _event(args, looping, {"event": "failed", "job_id": job.job_id, **failed})
+        if not (looping and _pause_before_retry(job, barrier, in_a_row, args, child)):
             break
-        job.finish(barrier.barrier_id)
-        clock.append(time.monotonic())
-        timings.append(
-            {
-                "barrier": barrier.barrier_id,
-                "open_s": round(clock[1] - clock[0], 4),
-                "program_s": round(clock[2] - clock[1], 4),
-                "publish_s": round(clock[3] - clock[2], 4),
-            }
-        )
-        written.append(barrier.barrier_id)
-        _say(f"{job.job_id}: barrier {barrier.barrier_id} written")
-        if child.stop.is_set():
-            break
-    data = {"job_id": job.job_id, "written": written, "exit_status": status, "barriers": timings}
+    data = {
+        "job_id": job.job_id,
+        "written": written,
+        "exit_status": status,
+        "barriers": timings,
+        "failures": failures,
+    }
     text = f"{job.job_id}: {len(written)} barrier(s) written ({_ids(written)})"
+    if failures:
+        text += f", {len(failures)} failed run(s)"
     return Output(data, text, status=status)
+
+
+def _run_barrier(
+    job: ProgramJob,
+    barrier: Barrier,
+    command: list[str],
+    args: argparse.Namespace,
+    child: _Child,
+    conf_dir: Path,
+    jars: list[str],
+) -> tuple[int, dict[str, float]]:
+    """One run of ``barrier``: open it, run the program (or the SQL file), publish if it
+    exited 0. Its status, and where its time went."""
+    clock = [time.monotonic()]
+    run = job.open(barrier)
+    _say(f"{job.job_id}: barrier {barrier.barrier_id}: running {_what(args, command)}")
+    with _spark_connect(args.remote, run) as session:
+        clock.append(time.monotonic())
+        if args.sql is not None:
+            assert session is not None  # _check_sql
+            status = _run_sql(job, session, args.sql, child, args.heartbeat)
+        else:
+            env = program_environment(run, conf_dir, os.environ, jars)
+            if session is not None:  # the run's own session on the shared Spark
+                env[REMOTE_ENV] = session.url
+            status = _run_program(job, run, command, env, child, args.heartbeat)
+        clock.append(time.monotonic())
+    if status != 0:
+        what = "the SQL file" if args.sql is not None else "the program"
+        _say(
+            f"{job.job_id}: {what} exited {status}: barrier {barrier.barrier_id} is not "
+            "published (it runs again: next in this loop, or at the next `lockstep exec`)"
+        )
+        return status, {}
+    job.finish(barrier.barrier_id)
+    clock.append(time.monotonic())
+    return 0, {
+        "barrier": barrier.barrier_id,
+        "open_s": round(clock[1] - clock[0], 4),
+        "program_s": round(clock[2] - clock[1], 4),
+        "publish_s": round(clock[3] - clock[2], 4),
+    }
+
+
+def _pause_before_retry(
+    job: ProgramJob, barrier: Barrier, in_a_row: int, args: argparse.Namespace, child: _Child
+) -> bool:
+    """Wait before the failed barrier's next run (the pause doubling, at most
+    :data:`RETRY_MAX_S`); False when the loop should end instead: ``--max-failures`` in a
+    row, or a stop signal."""
+    if child.stop.is_set():
+        return False
+    if in_a_row >= args.max_failures:
+        _say(
+            f"{job.job_id}: {in_a_row} failed run(s) in a row (--max-failures "
+            f"{args.max_failures}): stopping; barrier {barrier.barrier_id} is still to run"
+        )
+        return False
+    pause = min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (in_a_row - 1))
+    _say(
+        f"{job.job_id}: running barrier {barrier.barrier_id} again in {pause:g} s "
+        f"(failure {in_a_row} in a row; at {args.max_failures} the loop stops)"
+    )
+    return not child.stop.wait(pause)
+
+
+def _event(args: argparse.Namespace, looping: bool, event: dict[str, Any]) -> None:
+    """Under ``--loop --json``, one JSON line per written or failed barrier as it happens
+    (the whole account still comes at the end)."""
+    if looping and args.json:
+        print(json.dumps(event), flush=True)
 
 
 @contextmanager
@@ -282,6 +352,15 @@ def _options() -> argparse.ArgumentParser:
         type=int_at_least(1),
         metavar="N",
         help="stop after N barriers (implies --loop)",
+    )
+    options.add_argument(
+        "--max-failures",
+        type=int_at_least(1),
+        default=DEFAULT_MAX_FAILURES,
+        metavar="N",
+        help="under --loop, a failed run runs again after a pause (1 s, doubling, at most "
+        f"{RETRY_MAX_S:g} s); N failures in a row stop the loop (default "
+        f"{DEFAULT_MAX_FAILURES})",
     )
     options.add_argument(
         "--timeout",
