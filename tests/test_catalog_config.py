@@ -81,6 +81,7 @@ def test_lockstep_toml_names_a_jdbc_catalog_for_spark_and_pyiceberg(
         "uri": "postgresql+psycopg://etl:p%40ss%2Fword@db.example:5432/lake?sslmode=require",
         "warehouse": "s3://lake/warehouse",
         "s3.endpoint": "http://minio:9000",
+        "pool_pre_ping": "true",  # a reader outlives the database's restart
     }
     assert config.spark.master == "spark://spark-master:7077"
     assert config.spark.conf == {"spark.executor.memory": "4g"}
@@ -311,7 +312,11 @@ def test_a_python_uri_alone_makes_the_readers_a_sql_catalog() -> None:
             "python": {"uri": "mysql+pymysql://etl@h/db"},
         }
     )
-    assert catalog.python_properties() == {"type": "sql", "uri": "mysql+pymysql://etl@h/db"}
+    assert catalog.python_properties() == {
+        "type": "sql",
+        "uri": "mysql+pymysql://etl@h/db",
+        "pool_pre_ping": "true",
+    }
 
 
 def test_warehouse_is_a_local_directory_and_a_remote_hadoop_catalog_says_what_to_use(

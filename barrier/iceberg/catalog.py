@@ -7,7 +7,8 @@ the few that differ between the two (DESIGN §10):
 
 - ``type = "jdbc"``: Spark's ``jdbc:postgresql://HOST/DB`` (+ ``jdbc.user``/``jdbc.password``)
   is pyiceberg's SQL catalog on ``postgresql+psycopg://USER:PASSWORD@HOST/DB``, and
-  ``jdbc:sqlite:PATH`` is ``sqlite:///PATH``;
+  ``jdbc:sqlite:PATH`` is ``sqlite:///PATH``; its pool pings a connection before use
+  (``pool_pre_ping``), so a reader outlives the database's restart;
 - ``type = "hadoop"`` (the zero-setup default) has no pyiceberg catalog: readers open the
   table's newest ``vN.metadata.json`` in the warehouse directory;
 - ``rest``, ``hive`` and ``glue`` mean the same to both; Java-only properties (``io-impl``,
@@ -279,6 +280,9 @@ class IcebergCatalog:
                 out["type"] = "sql"
             else:
                 out = _jdbc_to_sql(out)
+            # a pooled connection the database dropped (a restart, a failover) is replaced
+            # before use instead of failing the reader's next load (pyiceberg's default: off)
+            out["pool_pre_ping"] = "true"
         out.update(self.python_overrides)
         return out
 
