@@ -64,12 +64,13 @@ demo-s3: $(VENV)/.installed
 TEST_WORKERS ?= 2
 # Beside the main suite, in one process after the other (their log printed at the end): the
 # Spark 4 tier, then the object-store tier (on SeaweedFS, in .venv: the crash harness, the
-# storage benchmarks' smoke runs, the jobs with vended credentials). Most of the suite waits on
-# JVMs and servers, so they share the cores well.
+# storage benchmarks' smoke runs, the jobs with vended credentials) and the tutorial (3 min,
+# to even the two sides). Most of the suite waits on JVMs and servers, so they share the
+# cores well.
 # And from the start, in a process of its own that mostly sleeps: a vended credential's
 # expiry (the store's STS issues nothing shorter than 900 s), its log in .expiry-tier.log.
 SIDE_TESTS := tests/test_crash_object_store.py tests/test_bench_storage_smoke.py \
-	tests/test_vending_jobs.py
+	tests/test_vending_jobs.py tests/test_tutorial.py
 EXPIRY_TESTS := tests/test_vending_expiry.py
 test: $(VENV)/.installed $(DBT_VENV)/.installed $(SPARK4_VENV)/.installed servers lint
 	@$(BIN)/pytest -p no:cacheprovider $(EXPIRY_TESTS) > .expiry-tier.log 2>&1 & expiry=$$!; \
