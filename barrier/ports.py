@@ -12,6 +12,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from lockstep.barrier.handoff import Handoff
     from lockstep.barrier.model import (
         Barrier,
@@ -73,6 +75,8 @@ class JobProtocolStore(Protocol):
 
     def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None: ...
 
+    def report_failed(self, job_id: str, token: int, barrier_id: int, reason: str) -> None: ...
+
     def persist_input_cut(
         self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
     ) -> dict[str, Any]: ...
@@ -116,6 +120,9 @@ class IssuingStore(Protocol):
     def resign(self, name: str, holder: str) -> None: ...
 
     def now(self) -> datetime: ...
+
+    # the jobs' registrations (``ls_job``: ``start_after``), for tables not yet written
+    def export_tables(self, names: Collection[str]) -> dict[str, pa.Table]: ...
 
 
 class RevisionStore(Protocol):

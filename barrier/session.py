@@ -203,6 +203,11 @@ class JobSession:
         """Roll back a PROCESSED barrier (its staged snapshots will not be published)."""
         self._store.report_aborted(self.job_id, self.token, barrier_id)
 
+    def report_failed(self, barrier_id: int, reason: str) -> None:
+        """Record that a run of ``barrier_id`` failed (it published nothing and runs again),
+        with why (e.g. "the program exited 3"), for the meta tables and ``/metrics``."""
+        self._store.report_failed(self.job_id, self.token, barrier_id, reason)
+
     def persist_input_cut(
         self, barrier_id: int, source: str, cut: Mapping[str, Any]
     ) -> dict[str, Any]:

@@ -74,13 +74,17 @@ class Lockstep:
         sources: Iterable[str] = (),
         sinks: Iterable[str],
         external_sources: Iterable[str] = (),
+        catch_up: bool = False,
     ) -> JobSpec:
-        """Register a job that reads ``sources`` (managed tables) and writes ``sinks``."""
+        """Register a job that reads ``sources`` (managed tables) and writes ``sinks``;
+        ``catch_up``: when behind, it takes all its pending barriers in one run (again with
+        another ``catch_up`` changes just that)."""
         spec = JobSpec(
             job_id,
             sources=tuple(_table_list(sources)),
             sinks=tuple(_table_list(sinks)),
             external_sources=tuple(_table_list(external_sources)),
+            catch_up=catch_up,
         )
         return self.store.register_job(spec)
 

@@ -304,6 +304,11 @@ class RemoteMetadataStore(MetadataStore):
         body = {"token": token, "barrier_id": barrier_id}
         self._call("POST", f"/v1/jobs/{job_id}/aborted", idempotent=True, json=body)
 
+    def report_failed(self, job_id: str, token: int, barrier_id: int, reason: str) -> None:
+        # not retried after an answer lost on the way: a failure counted twice would be wrong
+        body = {"token": token, "barrier_id": barrier_id, "reason": reason}
+        self._call("POST", f"/v1/jobs/{job_id}/failed", idempotent=False, json=body)
+
     def persist_input_cut(
         self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
     ) -> dict[str, Any]:

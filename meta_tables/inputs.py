@@ -47,6 +47,7 @@ INPUTS: dict[str, pa.Schema] = {
         ("start_after", INT),
         ("current_token", INT),
         ("registered_at", INT),
+        ("catch_up", BOOL),
     ),
     "ls_job_barrier": _schema(
         ("job_id", TEXT),
@@ -55,6 +56,14 @@ INPUTS: dict[str, pa.Schema] = {
         ("started_at", INT),
         ("processed_at", INT),
         ("written_at", INT),
+    ),
+    "ls_job_failure": _schema(
+        ("failure_id", INT),
+        ("job_id", TEXT),
+        ("barrier_id", INT),
+        ("token", INT),
+        ("failed_at", INT),
+        ("reason", TEXT),
     ),
     "ls_job_instance": _schema(
         ("job_id", TEXT), ("token", INT), ("attached_at", INT), ("seen_at", INT)

@@ -106,9 +106,10 @@ VIEWS: tuple[MetaView, ...] = (
     ),
     MetaView(
         "__META_JOB",
-        "Every registered job: type, fencing token, newest written barrier, and when its "
-        "current instance last reported a heartbeat (NULL: never attached).",
-        ("ls_job", "ls_job_source", "ls_job_barrier", "ls_job_instance"),
+        "Every registered job: type, fencing token, newest written barrier, when its "
+        "current instance last reported a heartbeat (NULL: never attached), catch_up (takes "
+        "all its pending barriers in one run) and its failed runs (__META_JOB_FAILURE).",
+        ("ls_job", "ls_job_source", "ls_job_barrier", "ls_job_instance", "ls_job_failure"),
         f"""
         SELECT j.job_id,
                CASE WHEN EXISTS (SELECT 1 FROM ls_job_source s WHERE s.job_id = j.job_id)
@@ -119,7 +120,9 @@ VIEWS: tuple[MetaView, ...] = (
                  WHERE p.job_id = j.job_id AND p.written_at IS NOT NULL) AS last_written,
                j.external_sources,
                (SELECT {_ts("max(i.seen_at)")} FROM ls_job_instance i
-                 WHERE i.job_id = j.job_id AND i.token = j.current_token) AS instance_seen_at
+                 WHERE i.job_id = j.job_id AND i.token = j.current_token) AS instance_seen_at,
+               j.catch_up,
+               (SELECT count(*) FROM ls_job_failure f WHERE f.job_id = j.job_id) AS failed_runs
         FROM ls_job j
         """,
         keys={
@@ -128,6 +131,7 @@ VIEWS: tuple[MetaView, ...] = (
                 Target("ls_job_source", "job_id"),
                 Target("ls_job_barrier", "job_id"),
                 Target("ls_job_instance", "job_id"),
+                Target("ls_job_failure", "job_id"),
             )
         },
     ),
@@ -136,10 +140,19 @@ VIEWS: tuple[MetaView, ...] = (
         "Issued barriers and their transaction state over the tables in scope "
         "(ISSUED, PRECOMMIT = processed in all, COMMIT = written in all; a barrier older "
         "than every table's expiration horizon was written in all, even where repair found "
-        "its versions expired). iceberg_tag: the tag that Lockstep's Iceberg REST catalog "
+        "its versions expired; SKIPPED = a table in scope has none and a later one: a "
+        "catch-up run skipped it, __META_TABLE_SKIPPED, and no consistent set includes "
+        "it). iceberg_tag: the tag that Lockstep's Iceberg REST catalog "
         "shows on each table at its snapshot of the barrier; iceberg_warehouse: the catalog "
         "warehouse that shows every Lockstep table at the barrier (a barrier view).",
-        ("ls_barrier", "ls_table_version", "ls_job_sink", "ls_job", "ls_retention"),
+        (
+            "ls_barrier",
+            "ls_table_version",
+            "ls_job_sink",
+            "ls_job",
+            "ls_retention",
+            "ls_table_head",
+        ),
         f"""
         WITH expired AS (
             SELECT coalesce(min(coalesce(r.keep_from, 0)), 0) AS below
@@ -149,10 +162,18 @@ VIEWS: tuple[MetaView, ...] = (
                    count(*) FILTER (WHERE state = 'WRITTEN') AS written
             FROM ls_table_version GROUP BY barrier_id
         ), scope AS (
-            SELECT b.barrier_id, count(k.table_name) AS total
+            -- skipped: no version at the barrier, a WRITTEN one after (versions only move
+            -- forward, so it never gets one)
+            SELECT b.barrier_id, count(k.table_name) AS total,
+                   count(k.table_name) FILTER (
+                       WHERE v.table_name IS NULL AND h.newest_written > b.barrier_id
+                   ) AS skipped
             FROM ls_barrier b
             LEFT JOIN ls_job j ON j.start_after < b.barrier_id
             LEFT JOIN ls_job_sink k ON k.job_id = j.job_id
+            LEFT JOIN ls_table_version v
+                   ON v.table_name = k.table_name AND v.barrier_id = b.barrier_id
+            LEFT JOIN ls_table_head h ON h.table_name = k.table_name
             GROUP BY b.barrier_id
         )
         SELECT b.barrier_id, {_ts("b.ts")} AS ts,
@@ -161,8 +182,10 @@ VIEWS: tuple[MetaView, ...] = (
                coalesce(c.written, 0) AS tables_written,
                CASE WHEN s.total > 0 AND coalesce(c.written, 0) >= s.total THEN 'COMMIT'
                     WHEN s.total > 0 AND b.barrier_id < e.below THEN 'COMMIT'
+                    WHEN s.skipped > 0 THEN 'SKIPPED'
                     WHEN s.total > 0 AND coalesce(c.processed, 0) >= s.total THEN 'PRECOMMIT'
                     ELSE 'ISSUED' END AS state,
+               s.skipped AS tables_skipped,
                concat('lockstep_b', b.barrier_id) AS iceberg_tag,
                concat('lockstep:barrier=', b.barrier_id) AS iceberg_warehouse
         FROM ls_barrier b JOIN scope s USING (barrier_id) LEFT JOIN counts c USING (barrier_id)
@@ -205,6 +228,42 @@ VIEWS: tuple[MetaView, ...] = (
         """,
         keys={column: (Target("ls_job_barrier", column),) for column in ("job_id", "barrier_id")},
         extremes=frozenset({"barrier_id"}),
+    ),
+    MetaView(
+        "__META_JOB_FAILURE",
+        "Each failed run a job reported: its barrier (which runs again; nothing of the run "
+        "was published), the instance's fencing token, when, and why (e.g. the program's "
+        "exit status).",
+        ("ls_job_failure",),
+        f"""
+        SELECT job_id, barrier_id, token AS fencing_token, {_ts("failed_at")} AS failed_at,
+               reason
+        FROM ls_job_failure
+        """,
+        keys={column: (Target("ls_job_failure", column),) for column in ("job_id", "barrier_id")},
+        extremes=frozenset({"barrier_id"}),
+    ),
+    MetaView(
+        "__META_TABLE_SKIPPED",
+        "Barriers a table has no version of, between two it has: its writer took them in "
+        "one catch-up run, published as published_as (or was registered again between). "
+        "No consistent snapshot set includes a skipped barrier.",
+        ("ls_table_version", "ls_job_sink", "ls_job"),
+        """
+        WITH versions AS (
+            SELECT table_name, job_id, barrier_id,
+                   lag(barrier_id) OVER (PARTITION BY table_name ORDER BY barrier_id) AS before
+            FROM ls_table_version
+        )
+        SELECT v.table_name, v.job_id, v.before + 1 AS first_skipped,
+               v.barrier_id - 1 AS last_skipped, v.barrier_id - v.before - 1 AS skipped,
+               v.barrier_id AS published_as
+        FROM versions v
+        JOIN ls_job_sink k ON k.table_name = v.table_name
+        JOIN ls_job j ON j.job_id = k.job_id
+        WHERE v.barrier_id > v.before + 1 AND v.before >= j.start_after
+        """,
+        keys={"table_name": (Target("ls_table_version", "table_name"),)},
     ),
     MetaView(
         "__META_PENDING_COMMIT",

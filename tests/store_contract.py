@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from batch_contract import BatchContract
 from calls_contract import CallsContract
+from catch_up_contract import CatchUpContract
 from instance_contract import InstanceContract
 from pipelines import SHOPPING, dump, register, run_barrier, snapshot_id
 from resolve_contract import ResolveContract
@@ -50,7 +51,9 @@ FED_SHOPPING = (
 )
 
 
-class StoreContract(BatchContract, CallsContract, InstanceContract, ResolveContract, WaitContract):
+class StoreContract(
+    BatchContract, CallsContract, CatchUpContract, InstanceContract, ResolveContract, WaitContract
+):
     __test__ = False
 
     # -- topology --------------------------------------------------------------------------

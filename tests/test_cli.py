@@ -27,8 +27,25 @@ def test_job_register_prints_the_derived_type(cli: Any) -> None:
         "sources": ["orders"],
         "sinks": ["a", "b"],
         "external_sources": [],
+        "catch_up": False,
         "last_written": None,
     }
+    again = cli(
+        "job",
+        "register",
+        "agg",
+        "--source",
+        "orders",
+        "--sink",
+        "a",
+        "--sink",
+        "b",
+        "--catch-up",
+        "--json",
+    )
+    assert again.json()["catch_up"] is True  # the same job, now catching up
+    listed = cli("job", "list", "--json").json()
+    assert [j["catch_up"] for j in listed] == [True, False]  # agg, load
 
 
 def test_job_list_as_table_and_json(shopping: Any, home: str) -> None:
@@ -42,6 +59,7 @@ def test_job_list_as_table_and_json(shopping: Any, home: str) -> None:
         "sources",
         "sinks",
         "external_sources",
+        "catch_up",
         "last_written",
     ]
     assert set(rule) == {"-", " "}

@@ -39,6 +39,15 @@ def test_apply_registers_in_order_and_again_changes_nothing(cli: Any, tmp_path: 
     assert cli("job", "list", "--json").json() == listed
 
 
+def test_catch_up_is_set_per_job_and_a_new_file_changes_it(cli: Any, tmp_path: Path) -> None:
+    slow = {**CHAIN[2], "catch_up": True}
+    assert cli("job", "apply", _file(tmp_path, [*CHAIN[:2], slow])).code == 0
+    listed = {j["job_id"]: j["catch_up"] for j in cli("job", "list", "--json").json()}
+    assert listed == {"load": False, "enrich": False, "report": True}
+    assert cli("job", "apply", _file(tmp_path, CHAIN, "again.json")).code == 0
+    assert not any(j["catch_up"] for j in cli("job", "list", "--json").json())
+
+
 def test_a_long_file_reports_its_progress(cli: Any, tmp_path: Path) -> None:
     chain = [{"job_id": "j0", "sinks": ["t0"]}] + [
         {"job_id": f"j{i}", "sources": [f"t{i - 1}"], "sinks": [f"t{i}"]} for i in range(1, 501)
@@ -61,6 +70,7 @@ def test_a_long_file_reports_its_progress(cli: Any, tmp_path: Path) -> None:
         ([{"job_id": "x", "sinks": "y"}], "job #1 (x): sinks is not a list of names"),
         ([CHAIN[0], {"job_id": "x", "sinks": []}], "job #2: "),
         ([{"job_id": "bad job", "sinks": ["y"]}], "invalid job name 'bad job'"),
+        ([{"job_id": "x", "sinks": ["y"], "catch_up": "yes"}], "(x): catch_up is true or false"),
         ([*CHAIN, {"job_id": "rogue", "sinks": ["enriched"]}], "already written by job 'enrich'"),
     ],
 )

@@ -80,7 +80,7 @@ def test_a_version_1_store_gains_the_operations_tables_and_heartbeats(tmp_path: 
     engine = create_store_engine(url)
     v2_tables = {"ls_revision", "ls_revised_version", "ls_retention"}
     with engine.begin() as connection:  # the schema as release 1 created it
-        later = {*v2_tables, "ls_job_instance", "ls_table_head"}
+        later = {*v2_tables, "ls_job_instance", "ls_table_head", "ls_job_failure"}
         Base.metadata.create_all(
             connection, tables=[t for n, t in Base.metadata.tables.items() if n not in later]
         )
@@ -90,6 +90,7 @@ def test_a_version_1_store_gains_the_operations_tables_and_heartbeats(tmp_path: 
                 "NULL, attached_at BIGINT NOT NULL, PRIMARY KEY (job_id, token))"
             )
         )
+        connection.execute(text("ALTER TABLE ls_job DROP COLUMN catch_up"))  # before version 9
         connection.execute(text("DROP INDEX ix_ls_job_source_table_name"))  # before version 5
         connection.execute(text("DROP INDEX ix_ls_table_version_barrier_table"))  # before 7
         connection.execute(
@@ -98,6 +99,12 @@ def test_a_version_1_store_gains_the_operations_tables_and_heartbeats(tmp_path: 
         connection.execute(insert(SchemaVersionRow).values(version=1, applied_at=_EPOCH))
         connection.execute(text("INSERT INTO ls_barrier (barrier_id, ts) VALUES (1, 0)"))
         connection.execute(text("INSERT INTO ls_job_instance VALUES ('j', 1, 0)"))
+        connection.execute(
+            text(
+                "INSERT INTO ls_job (job_id, external_sources, start_after, current_token, "
+                "registered_at) VALUES ('j', '[]', 0, 1, 0)"
+            )
+        )
     engine.dispose()
 
     store = SqlMetadataStore.open(url)
@@ -105,9 +112,12 @@ def test_a_version_1_store_gains_the_operations_tables_and_heartbeats(tmp_path: 
     assert store.list_barriers()[0].barrier_id == 1  # data kept
     assert store.revisions() == []
     with store.engine.connect() as connection:
-        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 8
+        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 9
         kept = connection.execute(text("SELECT job_id, token, seen_at FROM ls_job_instance"))
         assert kept.all() == [("j", 1, None)]  # the instance kept, never seen since
+        job = connection.execute(text("SELECT job_id, catch_up FROM ls_job"))
+        assert [tuple(row) for row in job] == [("j", False)]  # version 9: catch_up off
+    assert "ls_job_failure" in inspect(store.engine).get_table_names()
     indexes = {i["name"] for i in inspect(store.engine).get_indexes("ls_job_source")}
     assert "ix_ls_job_source_table_name" in indexes
     indexes = {

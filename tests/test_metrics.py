@@ -192,6 +192,8 @@ def test_job_gauges_match_the_meta_tables_and_the_states_follow_the_heartbeats(
             delay["own_cost_s"], abs=1e-6
         )
     assert value(samples, "lockstep_job_own_cost_seconds", job="sum_price") == 1.0
+    for j in jobs:  # no run failed yet
+        assert value(samples, "lockstep_job_failed_runs_total", job=j["job_id"]) == 0
     # shopping WRITTEN, then sum_amount waits 1 s and works 1 s, then sum_price starts
     assert value(samples, "lockstep_job_wait_seconds", job="sum_price") == 3.0
 
@@ -225,6 +227,26 @@ def test_job_gauges_match_the_meta_tables_and_the_states_follow_the_heartbeats(
     _, samples = scrape(url)
     assert value(samples, "lockstep_job_heartbeat_age_seconds", job="sum_amount") == 0
     assert value(samples, "lockstep_job_heartbeat_age_seconds", job="idle") is None
+
+
+def test_failed_runs_are_counted_per_job_as_the_meta_tables_list_them(
+    any_service: Served, clock: FakeClock
+) -> None:
+    url, store, _ = any_service
+    register(store)
+    store.issue_barrier()
+    token = store.attach("load_shopping").token
+    assert store.next_barrier("load_shopping", token) is not None
+    for status in (3, 1):
+        store.report_failed("load_shopping", token, 1, f"the program exited {status}")
+    _, samples = scrape(url)
+    assert value(samples, "lockstep_job_failed_runs_total", job="load_shopping") == 2
+    assert value(samples, "lockstep_job_failed_runs_total", job="sum_amount") == 0
+    listed = store.query_meta("SELECT reason FROM __META_JOB_FAILURE")
+    assert sorted(listed.column("reason").to_pylist()) == [
+        "the program exited 1",
+        "the program exited 3",
+    ]
 
 
 def test_request_counters_and_histograms_move_per_endpoint_kind(

@@ -63,7 +63,8 @@ class Job:
     """A Lockstep ETL job: what it reads and writes, and what it does per barrier.
 
     ``schemas`` optionally declares a sink's columns (Spark DDL) so it can be created before
-    the step first writes rows to it.
+    the step first writes rows to it. ``catch_up``: when behind, the job takes all its
+    pending barriers in one run, published as the newest (:class:`JobSpec`).
     """
 
     job_id: str
@@ -72,6 +73,7 @@ class Job:
     sinks: Sequence[str] = ()
     root_sources: Sequence[RootSource] = ()
     schemas: Mapping[str, str] = field(default_factory=dict)
+    catch_up: bool = False
 
     def spec(self) -> JobSpec:
         return JobSpec(
@@ -79,6 +81,7 @@ class Job:
             sources=tuple(self.sources),
             sinks=tuple(self.sinks),
             external_sources=tuple(s.name for s in self.root_sources),
+            catch_up=self.catch_up,
         )
 
 
@@ -265,6 +268,8 @@ class JobRunner:
             handoff = self.publish(barrier.barrier_id, staged, ask_next=ask_next, wait_s=wait_s)
         except BaseException as e:
             self._lineage.interrupted(barrier.barrier_id, e)
+            if isinstance(e, JobStepError):  # the step failed: a failed run, counted
+                self._report_failed(barrier.barrier_id, e)
             raise
         self._last_written = barrier
         self.barriers_written += 1
@@ -362,6 +367,17 @@ class JobRunner:
             raise
         except Exception as e:
             raise JobStepError(self.job.job_id, ctx.barrier.barrier_id, e) from e
+
+    def _report_failed(self, barrier_id: int, error: JobStepError) -> None:
+        """Record the failed run in the store (``__META_JOB_FAILURE``, ``/metrics``); a
+        store that cannot take it is logged, never hides the step's own error."""
+        try:
+            self.session.report_failed(barrier_id, str(error))
+        except Exception as e:
+            job_id = self.job.job_id
+            log.warning(
+                "%s: could not report the failed run of barrier %d: %s", job_id, barrier_id, e
+            )
 
     def _after_written(self, barrier_id: int) -> None:
         """Each root source's after-WRITTEN hook, with its persisted cut of the barrier. The

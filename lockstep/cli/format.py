@@ -164,6 +164,7 @@ def job_row(spec: JobSpec, *, last_written: int | None = None) -> dict[str, Any]
         "sources": list(spec.sources),
         "sinks": list(spec.sinks),
         "external_sources": list(spec.external_sources),
+        "catch_up": spec.catch_up,
         "last_written": last_written,
     }
 

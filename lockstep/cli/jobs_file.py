@@ -40,10 +40,11 @@ def load_jobs_file(path: Path) -> list[JobSpec]:
 def _spec(entry: Any, where: str) -> JobSpec:
     if not isinstance(entry, dict):
         raise InvalidRequestError(f"{where}: a job is a JSON object, such as {EXAMPLE}")
-    unknown = sorted(set(entry) - {"job_id", *LISTS})
+    unknown = sorted(set(entry) - {"job_id", *LISTS, "catch_up"})
     if unknown:
         raise InvalidRequestError(
-            f"{where}: unknown field(s) {', '.join(unknown)}; a job has job_id, {', '.join(LISTS)}"
+            f"{where}: unknown field(s) {', '.join(unknown)}; a job has job_id, "
+            f"{', '.join(LISTS)} and catch_up"
         )
     if not isinstance(entry.get("job_id"), str):
         raise InvalidRequestError(f"{where}: job_id is missing or not a string")
@@ -53,12 +54,16 @@ def _spec(entry: Any, where: str) -> JobSpec:
             raise InvalidRequestError(
                 f"{where} ({entry['job_id']}): {field} is not a list of names"
             )
+    catch_up = entry.get("catch_up", False)
+    if not isinstance(catch_up, bool):
+        raise InvalidRequestError(f"{where} ({entry['job_id']}): catch_up is true or false")
     try:
         return JobSpec(
             entry["job_id"],
             sources=tuple(entry.get("sources", ())),
             sinks=tuple(entry.get("sinks", ())),
             external_sources=tuple(entry.get("external_sources", ())),
+            catch_up=catch_up,
         )
     except LockstepError as e:  # a bad name, no sinks, a table both read and written
         raise InvalidRequestError(f"{where}: {e}") from e

@@ -215,6 +215,7 @@ def _spec(body: JobIn) -> JobSpec:
         sources=tuple(body.sources),
         sinks=tuple(body.sinks),
         external_sources=tuple(body.external_sources),
+        catch_up=body.catch_up,
     )
 
 

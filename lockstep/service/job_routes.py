@@ -29,6 +29,7 @@ from lockstep.service.requests import (
     INT64_MAX,
     BarrierPath,
     BarrierRefIn,
+    FailedRunIn,
     InputCutIn,
     Limit,
     ReportIn,
@@ -153,6 +154,11 @@ def _add_reports(
     def report_aborted(job_id: str, body: BarrierRefIn, _: JobActor) -> dict[str, int]:
         store.report_aborted(job_id, body.token, body.barrier_id)
         return {"aborted": body.barrier_id}
+
+    @app.post("/v1/jobs/{job_id}/failed")
+    def report_failed(job_id: str, body: FailedRunIn, _: JobActor) -> dict[str, int]:
+        store.report_failed(job_id, body.token, body.barrier_id, body.reason)
+        return {"failed": body.barrier_id}
 
     @app.post("/v1/jobs/{job_id}/input-cuts")
     def persist_input_cut(job_id: str, body: InputCutIn, _: JobActor) -> dict[str, Any]:

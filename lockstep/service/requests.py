@@ -30,6 +30,7 @@ class JobIn(_Body):
     sources: list[Name] = []
     sinks: list[Name]
     external_sources: list[Name] = []
+    catch_up: bool = False
 
 
 MAX_JOBS_PER_CALL = 1_000  # jobs registered in one call (one transaction)
@@ -58,6 +59,12 @@ class WrittenIn(_Body):
 class BarrierRefIn(_Body):
     token: Int64
     barrier_id: Int64
+
+
+class FailedRunIn(_Body):
+    token: Int64
+    barrier_id: Int64
+    reason: str = Field(default="", max_length=100_000)
 
 
 class InputCutIn(_Body):

@@ -219,6 +219,11 @@ class MetadataStore(abc.ABC):
         """Roll back a PROCESSED (not WRITTEN) barrier: its staged versions are dropped."""
 
     @abc.abstractmethod
+    def report_failed(self, job_id: str, token: int, barrier_id: int, reason: str) -> None:
+        """Record a failed run of a barrier (nothing of it published; it runs again): the
+        meta tables (``__META_JOB_FAILURE``) and ``/metrics`` count them."""
+
+    @abc.abstractmethod
     def persist_input_cut(
         self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
     ) -> dict[str, Any]:

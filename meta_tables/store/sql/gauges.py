@@ -22,6 +22,7 @@ from lockstep.barrier.model import VersionState
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     JobBarrierRow,
+    JobFailureRow,
     JobInstanceRow,
     JobRow,
     JobSinkRow,
@@ -62,6 +63,7 @@ class JobGauges:
     seen_at: datetime | None  # its current instance's last heartbeat
     wait_s: float | None
     own_cost_s: float | None
+    failed_runs: int = 0  # runs it reported failed (``__META_JOB_FAILURE``)
 
 
 @dataclass(frozen=True)
@@ -173,12 +175,14 @@ def _jobs(s: Session) -> list[JobGauges]:
     seen = select(JobInstanceRow.seen_at).where(
         JobInstanceRow.job_id == JobRow.job_id, JobInstanceRow.token == JobRow.current_token
     )
+    failed = select(func.count()).where(JobFailureRow.job_id == JobRow.job_id)  # its index
     heads = select(
         JobRow.job_id,
         JobRow.current_token,
         written.scalar_subquery().label("written"),
         in_flight.scalar_subquery().label("in_flight"),
         seen.scalar_subquery().label("seen_at"),
+        failed.scalar_subquery().label("failed_runs"),
     ).subquery()
     # when the last of the job's sources became available at that barrier (__META_DELAY):
     # per source a point lookup of its version at the barrier
@@ -215,6 +219,7 @@ def _jobs(s: Session) -> list[JobGauges]:
             seen_at=r.seen_at,
             wait_s=_seconds(r.started_at, r.ready if r.ready is not None else r.ts),
             own_cost_s=_seconds(r.written_at, r.started_at),
+            failed_runs=r.failed_runs or 0,
         )
         for r in s.execute(query)
     ]

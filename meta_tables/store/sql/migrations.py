@@ -20,6 +20,7 @@ from lockstep.meta_tables.store.sql import heads
 from lockstep.meta_tables.store.sql.schema import (
     Base,
     IcebergViewRow,
+    JobFailureRow,
     JobSourceRow,
     SchemaVersionRow,
     TableHeadRow,
@@ -28,7 +29,7 @@ from lockstep.meta_tables.store.sql.schema import (
 
 MigrationStep = Callable[[Connection], None]
 
-CURRENT_VERSION = 8
+CURRENT_VERSION = 9
 _PG_MIGRATION_LOCK = 0x4C6F636B  # advisory lock key: one migrating process at a time
 
 
@@ -99,6 +100,16 @@ def _add_iceberg_views(connection: Connection) -> None:
     table.create(connection, checkfirst=True)
 
 
+def _add_catch_up_and_failures(connection: Connection) -> None:
+    """Version 9: each job's ``catch_up`` option, and the failed runs jobs report."""
+    columns = {c["name"] for c in inspect(connection).get_columns("ls_job")}
+    if "catch_up" not in columns:
+        connection.execute(
+            text("ALTER TABLE ls_job ADD COLUMN catch_up BOOLEAN NOT NULL DEFAULT FALSE")
+        )
+    Base.metadata.tables[JobFailureRow.__tablename__].create(connection, checkfirst=True)
+
+
 # STEPS[v] upgrades a store from version v-1 to version v. Version 1 is the first release.
 STEPS: dict[int, MigrationStep] = {
     2: _add_operations_tables,
@@ -108,6 +119,7 @@ STEPS: dict[int, MigrationStep] = {
     6: _add_table_heads,
     7: _index_versions_by_barrier_and_table,
     8: _add_iceberg_views,
+    9: _add_catch_up_and_failures,
 }
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -65,6 +66,8 @@ class JobRow(Base):
     start_after: Mapped[int] = mapped_column(BigInteger, default=0)  # barriers <= predate it
     current_token: Mapped[int] = mapped_column(BigInteger, default=0)
     registered_at: Mapped[datetime] = mapped_column(UtcMicros)
+    # takes all its pending barriers in one run (JobSpec.catch_up; schema version 9)
+    catch_up: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class TableRow(Base):
@@ -144,6 +147,21 @@ class JobBarrierRow(Base):
     written_at: Mapped[datetime | None] = mapped_column(UtcMicros, nullable=True)
 
     __table_args__ = (Index("ix_ls_job_barrier_written", "job_id", "written_at", "barrier_id"),)
+
+
+class JobFailureRow(Base):
+    """A failed run of a job's barrier, as the job reported it (``report_failed``): the
+    barrier runs again; nothing of the failed run was published (schema version 9)."""
+
+    __tablename__ = "ls_job_failure"
+    failure_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(200))
+    barrier_id: Mapped[int] = mapped_column(BigInteger)
+    token: Mapped[int] = mapped_column(BigInteger)
+    failed_at: Mapped[datetime] = mapped_column(UtcMicros)
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+    __table_args__ = (Index("ix_ls_job_failure_job", "job_id", "barrier_id"),)
 
 
 class PendingCommitRow(Base):

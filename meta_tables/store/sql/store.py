@@ -311,6 +311,10 @@ class SqlMetadataStore(MetadataStore):
     def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
         self._alone(lambda b: announced.report_aborted(b, job_id, token, barrier_id, self._clock()))
 
+    def report_failed(self, job_id: str, token: int, barrier_id: int, reason: str) -> None:
+        now = self._clock()
+        self._alone(lambda b: reports.report_failed(b, job_id, token, barrier_id, reason, now))
+
     def persist_input_cut(
         self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
     ) -> dict[str, Any]:

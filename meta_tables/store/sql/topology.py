@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Collection, Sequence
 from datetime import datetime
@@ -64,9 +65,12 @@ def _register(s: Session, spec: JobSpec, now: datetime) -> JobSpec:
     row = s.get(JobRow, spec.job_id)
     if row is not None:
         existing = spec_of(s, row)
-        if existing.same_definition(spec):
-            return existing
-        raise JobExistsError(spec.job_id)
+        if not existing.same_definition(spec):
+            raise JobExistsError(spec.job_id)
+        if existing.catch_up != spec.catch_up:  # how the job runs, not what it writes
+            row.catch_up = spec.catch_up
+            return dataclasses.replace(existing, catch_up=spec.catch_up)
+        return existing
     _check_writers(s, spec)
     _check_spellings(s, spec)
     _check_no_cycle(s, spec)
@@ -81,6 +85,7 @@ def _register(s: Session, spec: JobSpec, now: datetime) -> JobSpec:
             start_after=s.scalar(select(func.max(BarrierRow.barrier_id))) or 0,
             current_token=0,
             registered_at=now,
+            catch_up=spec.catch_up,
         )
     )
     s.flush()

@@ -134,6 +134,9 @@ class Grouped(Batch):
     def reading_progress(self) -> None:
         raise BatchMisuse("a call of a group read progress rows, which it writes at its end")
 
+    def held_progress(self, job_id: str) -> list[Progress]:
+        return [dict(row) for (job, _), row in self.progress.items() if job == job_id]
+
     # -- writes ------------------------------------------------------------------------------
 
     def write(

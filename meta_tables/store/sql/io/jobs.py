@@ -62,7 +62,7 @@ _JOB_TABLES = union_all(
 _JOB_TABLES_OF = _JOB_TABLES.subquery("job_tables")
 # a job's columns that :func:`_job_state` reads, in its order (then its tables' kind, name
 # and position)
-_JOB_STATE = (JobRow.external_sources, JobRow.start_after, JobRow.current_token)
+_JOB_STATE = (JobRow.external_sources, JobRow.start_after, JobRow.current_token, JobRow.catch_up)
 _JOB = (
     select(
         *_JOB_STATE,
@@ -131,15 +131,17 @@ def _locked_jobs(dialect: Dialect) -> cursor.Statement:
 def load_topology(s: Session) -> Topology:
     """Every registered job, in two statements (the jobs, then all their tables)."""
     conn = s.connection()
-    jobs = conn.execute(select(JobRow.job_id, JobRow.external_sources)).all()
+    jobs = conn.execute(select(JobRow.job_id, JobRow.external_sources, JobRow.catch_up)).all()
     tables = _job_tables(conn.execute(_ALL_JOB_TABLES))
-    return Topology(_spec(job_id, external, tables) for job_id, external in jobs)
+    return Topology(
+        _spec(job_id, external, tables, bool(catch_up)) for job_id, external, catch_up in jobs
+    )
 
 
 def spec_of(s: Session, job: JobRow) -> JobSpec:
     """The spec of a loaded job: its sources and sinks in one statement."""
     tables = _job_tables(s.connection().execute(_JOB_TABLES, {"job_id": job.job_id}))
-    return _spec(job.job_id, job.external_sources, tables)
+    return _spec(job.job_id, job.external_sources, tables, bool(job.catch_up))
 
 
 JobTables = dict[tuple[str, str], list[str]]  # (job_id, "source" | "sink") -> tables in order
@@ -152,12 +154,13 @@ def _job_tables(rows: Iterable[Sequence[Any]]) -> JobTables:
     return tables
 
 
-def _spec(job_id: str, external_sources: str, tables: JobTables) -> JobSpec:
+def _spec(job_id: str, external_sources: str, tables: JobTables, catch_up: bool) -> JobSpec:
     return JobSpec(
         job_id,
         sources=tuple(tables.get((job_id, _SOURCE), ())),
         sinks=tuple(tables.get((job_id, _SINK), ())),
         external_sources=tuple(json.loads(external_sources)),
+        catch_up=catch_up,
     )
 
 
@@ -171,11 +174,11 @@ class JobState:
 
 
 def _job_state(job_id: str, rows: Sequence[Sequence[Any]]) -> JobState:
-    """A job's state from its rows: (external sources, start_after, token, kind, table,
-    position), one row per table (kind None: a job with no tables)."""
-    external, start_after, token = rows[0][:3]
+    """A job's state from its rows: (external sources, start_after, token, catch_up, kind,
+    table, position), one row per table (kind None: a job with no tables)."""
+    external, start_after, token, catch_up = rows[0][:4]
     tables = _job_tables((job_id, kind, t, p) for *_, kind, t, p in rows if kind is not None)
-    return JobState(_spec(job_id, external, tables), start_after, token)
+    return JobState(_spec(job_id, external, tables, bool(catch_up)), start_after, token)
 
 
 def load_job(s: Session, job_id: str, *, lock: bool) -> JobState:

@@ -117,6 +117,11 @@ class Batch(abc.ABC):
     def reading_progress(self) -> None:
         """A step is about to read progress rows (``ls_job_barrier``)."""
 
+    def held_progress(self, job_id: str) -> list[Progress]:
+        """The job's progress rows this batch holds to write later (a group's), which a
+        read of ``ls_job_barrier`` does not see yet."""
+        return []
+
     # -- writes ------------------------------------------------------------------------------
 
     @abc.abstractmethod

@@ -16,6 +16,7 @@ from lockstep.errors import UnknownBarrierError
 from lockstep.meta_tables.store.sql.io import cursor
 from lockstep.meta_tables.store.sql.io.jobs import JobState
 from lockstep.meta_tables.store.sql.io.progress import progress_row
+from lockstep.meta_tables.store.sql.protocol import catch_up
 from lockstep.meta_tables.store.sql.protocol.batch import Batch
 from lockstep.meta_tables.store.sql.protocol.search import search
 from lockstep.meta_tables.store.sql.resolution import resolve
@@ -31,9 +32,21 @@ def expected_barrier(
 ) -> int | None:
     """The job's next barrier: after its last written one, and available to it (one
     statement; two for an intermediate job whose sources' first barriers differ; none when
-    the group read it ahead). ``known_available``: a barrier all its sources are known to
+    the group read it ahead). A ``catch_up`` job's is the newest available instead
+    (:mod:`.catch_up`). ``known_available``: a barrier all its sources are known to
     have WRITTEN; ``last_written``: the job's newest WRITTEN barrier, when the caller knows
     it (the search then does not read it)."""
+    spec = job.spec
+    first = _first_pending(batch, job, known_available, last_written)
+    if first is None or not spec.catch_up:
+        return first
+    return catch_up.newest_pending(batch, job, first)
+
+
+def _first_pending(
+    batch: Batch, job: JobState, known_available: int | None, last_written: int | None
+) -> int | None:
+    """The oldest barrier after the job's progress that is available to it."""
     spec = job.spec
     ahead = batch.search(spec.job_id, last_written)
     row = search(batch.session, job, last_written) if ahead is None else ahead.firsts

@@ -1,5 +1,6 @@
-"""A job's reports: PROCESSED (staged versions, pending commits), WRITTEN (published), and
-aborted (a staged barrier dropped) (docs/design.md §4).
+"""A job's reports: PROCESSED (staged versions, pending commits), WRITTEN (published),
+aborted (a staged barrier dropped) and failed (a run that published nothing)
+(docs/design.md §4).
 
 Each function runs inside the caller's write transaction, through its batch (``batching/``):
 alone, or as one call of a group. The rules are :mod:`lockstep.barrier.protocol`'s, checked
@@ -29,6 +30,7 @@ from lockstep.meta_tables.store.sql.protocol.search import newest_written
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     JobBarrierRow,
+    JobFailureRow,
     PendingCommitRow,
     TableVersionRow,
 )
@@ -212,6 +214,32 @@ def report_aborted(batch: Batch, job_id: str, token: int, barrier_id: int, now: 
     decision = protocol.check_abort(spec, barrier_id, batch.versions_at(spec.sinks, barrier_id))
     if decision is protocol.Decision.APPLY:
         abort_barrier(batch, spec, barrier_id, now)
+
+
+MAX_REASON_CHARS = 2000  # a failure's reason is kept this long (a traceback's tail)
+
+
+def report_failed(
+    batch: Batch, job_id: str, token: int, barrier_id: int, reason: str, now: datetime
+) -> None:
+    """Record a failed run of ``barrier_id`` by the job's current instance (nothing of it
+    was published; the barrier runs again). Refused for a barrier the job has WRITTEN."""
+    job = current_job(batch, job_id, token)
+    batch.barrier(barrier_id)  # an issued barrier, else UnknownBarrierError
+    existing = batch.versions_at(job.spec.sinks, barrier_id)
+    if any(v.state is VersionState.WRITTEN for v in existing.values()):
+        raise ProtocolError(
+            job_id,
+            barrier_id,
+            "the barrier is WRITTEN: a run of it cannot have failed since (report a failure "
+            "of the barrier the run was for)",
+        )
+    tail = reason[-MAX_REASON_CHARS:] if len(reason) > MAX_REASON_CHARS else reason
+    batch.session.execute(
+        insert(JobFailureRow).values(
+            job_id=job_id, barrier_id=barrier_id, token=token, failed_at=now, reason=tail
+        )
+    )
 
 
 def abort_barrier(batch: Batch, spec: JobSpec, barrier_id: int, now: datetime) -> None:
