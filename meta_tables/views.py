@@ -245,23 +245,24 @@ VIEWS: tuple[MetaView, ...] = (
     ),
     MetaView(
         "__META_TABLE_SKIPPED",
-        "Barriers a table has no version of, between two it has: its writer took them in "
-        "one catch-up run, published as published_as (or was registered again between). "
-        "No consistent snapshot set includes a skipped barrier.",
+        "Barriers a table has no version of, after its writer's registration, before one it "
+        "has: its writer took them in one catch-up run published as published_as (or had no "
+        "input at them). No consistent snapshot set includes a skipped barrier.",
         ("ls_table_version", "ls_job_sink", "ls_job"),
         """
         WITH versions AS (
-            SELECT table_name, job_id, barrier_id,
-                   lag(barrier_id) OVER (PARTITION BY table_name ORDER BY barrier_id) AS before
-            FROM ls_table_version
+            SELECT v.table_name, v.job_id, v.barrier_id,
+                   greatest(coalesce(lag(v.barrier_id) OVER (
+                       PARTITION BY v.table_name ORDER BY v.barrier_id), 0),
+                       j.start_after) AS before
+            FROM ls_table_version v
+            JOIN ls_job_sink k ON k.table_name = v.table_name
+            JOIN ls_job j ON j.job_id = k.job_id
         )
-        SELECT v.table_name, v.job_id, v.before + 1 AS first_skipped,
-               v.barrier_id - 1 AS last_skipped, v.barrier_id - v.before - 1 AS skipped,
-               v.barrier_id AS published_as
-        FROM versions v
-        JOIN ls_job_sink k ON k.table_name = v.table_name
-        JOIN ls_job j ON j.job_id = k.job_id
-        WHERE v.barrier_id > v.before + 1 AND v.before >= j.start_after
+        SELECT table_name, job_id, before + 1 AS first_skipped, barrier_id - 1 AS last_skipped,
+               barrier_id - before - 1 AS skipped, barrier_id AS published_as
+        FROM versions
+        WHERE barrier_id > before + 1
         """,
         keys={"table_name": (Target("ls_table_version", "table_name"),)},
     ),
