@@ -57,13 +57,14 @@ class Step:
 @st.composite
 def topologies(draw: st.DrawFn) -> tuple[JobSpec, ...]:
     """A random DAG of two to five jobs: job i writes one or two tables and reads tables of
-    the jobs before it (the first job is a root)."""
+    the jobs before it (the first job is a root); some catch up (take their newest barrier)."""
     specs: list[JobSpec] = []
     tables: list[str] = []
     for i in range(draw(st.integers(2, 5))):
         sources = draw(st.lists(st.sampled_from(tables), max_size=2, unique=True)) if tables else []
         sinks = tuple(f"t{i}_{k}" for k in range(draw(st.integers(1, 2))))
-        specs.append(JobSpec(f"job{i}", sources=tuple(sources), sinks=sinks))
+        catch_up = draw(st.booleans())
+        specs.append(JobSpec(f"job{i}", sources=tuple(sources), sinks=sinks, catch_up=catch_up))
         tables.extend(sinks)
     return tuple(specs)
 
