@@ -67,9 +67,18 @@ def request_line(scope: Scope, status: int | None, started: float) -> str:
     """
     client = scope.get("client")
     who = f"{client[0]}:{client[1]}" if client else "-"
-    query = _SECRET_PARAMETER.sub(r"\1\2=***", scope.get("query_string", b"").decode("latin-1"))
+    query = redacted_query(scope.get("query_string", b"").decode("latin-1"))
     target = scope["path"] + (f"?{query}" if query else "")
     took_ms = (time.perf_counter() - started) * 1000
     said = "-" if status is None else str(status)
     request = f"{scope['method']} {target} HTTP/{scope['http_version']}"
     return f'{who} "{request}" {said} {took_ms:.1f} ms'
+
+
+def redacted_query(query: str) -> str:
+    """A query string with the values of its ``token``-like parameters hidden.
+
+    >>> redacted_query("warehouse=w&access_token=s3cret")
+    'warehouse=w&access_token=***'
+    """
+    return _SECRET_PARAMETER.sub(r"\1\2=***", query)

@@ -79,6 +79,7 @@ class Guard:
             body = await self._read_body(headers, receive)
         except LockstepError as error:
             status, payload = self.refusal(error)
+            self.refused(scope, error, status)
             await _refuse(send, status, payload, challenge=isinstance(error, AuthenticationError))
             return
         await self.app(scope, _replay(body, receive), send)
@@ -87,6 +88,10 @@ class Guard:
         """The status and JSON body refusing a request (Lockstep's error envelope; a
         sub-application speaking another protocol overrides this)."""
         return wire.status_for(error), wire.error_payload(error)
+
+    def refused(self, scope: Scope, error: LockstepError, status: int) -> None:
+        """Called with each refusal before it is sent: the service's own front door
+        leaves it to the client; the Iceberg catalog's logs it (``failure_log``)."""
 
     def _check_caller(self, scope: Scope, headers: dict[str, str]) -> None:
         """Every request: one Authorization header; without a token file, a local host."""

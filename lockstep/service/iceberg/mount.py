@@ -10,7 +10,6 @@ read the Iceberg one.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -25,6 +24,7 @@ from lockstep.service.auth import Tokens
 from lockstep.service.guard import ASGIApp, Guard, Receive, Scope, Send
 from lockstep.service.iceberg.config import IcebergSettings
 from lockstep.service.iceberg.errors import error_body, iceberg_error_body
+from lockstep.service.iceberg.failure_log import log_error, log_failure
 
 if TYPE_CHECKING:
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from lockstep.service.iceberg.pinned import PinnedViews
     from lockstep.service.iceberg.vending_routes import Vending
 
-log = logging.getLogger("lockstep.service.iceberg")
 PREFIX = "/iceberg"  # a client's uri is http://HOST:PORT/iceberg
 
 
@@ -105,18 +104,21 @@ def create_iceberg_app(
     )
     app.state.tokens = tokens  # read by the service's Admin/Reader dependencies
 
+    # every error answer is logged once (failure_log.py): a refusal used to leave no trace
     @app.exception_handler(LockstepError)
-    def _lockstep_error(_request: Request, error: LockstepError) -> JSONResponse:
+    def _lockstep_error(request: Request, error: LockstepError) -> JSONResponse:
         status, body = iceberg_error_body(error)
+        log_error(request.scope, error)
         return JSONResponse(body, status_code=status, headers=_challenge(error))
 
     @app.exception_handler(RequestValidationError)
-    def _invalid(_request: Request, error: RequestValidationError) -> JSONResponse:
+    def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
         problems = "; ".join(
             f"{'.'.join(str(part) for part in e['loc'])}: {e['msg']}" for e in error.errors()
         )
-        body = error_body(f"invalid request: {problems}", "BadRequestException", 400)
-        return JSONResponse(body, status_code=400)
+        message = f"invalid request: {problems}"
+        log_failure(request.scope, 400, "BadRequestException", message, error)
+        return JSONResponse(error_body(message, "BadRequestException", 400), status_code=400)
 
     @app.exception_handler(HTTPException)
     def _http_error(request: Request, error: HTTPException) -> JSONResponse:
@@ -126,6 +128,7 @@ def create_iceberg_app(
         headers = dict(error.headers or {})
         if error.status_code == 405:  # every method the path answers, not one route's
             headers["Allow"] = ", ".join(_allowed(app, request.scope))
+        log_failure(request.scope, error.status_code, kind, message, error)
         return JSONResponse(
             error_body(message, kind, error.status_code),
             status_code=error.status_code,
@@ -133,9 +136,9 @@ def create_iceberg_app(
         )
 
     @app.exception_handler(Exception)
-    def _unexpected(_request: Request, error: Exception) -> JSONResponse:
+    def _unexpected(request: Request, error: Exception) -> JSONResponse:
         # a commit's outcome is then unknown to the client (500: CommitStateUnknown)
-        log.exception("Iceberg REST catalog request failed")
+        log_failure(request.scope, 500, "ServerErrorException", str(error), error)
         message = f"internal error ({type(error).__name__}); the service's log has the details"
         return JSONResponse(error_body(message, "ServerErrorException", 500), status_code=500)
 
@@ -172,6 +175,9 @@ class IcebergGuard(Guard):
 
     def refusal(self, error: LockstepError) -> tuple[int, Any]:
         return iceberg_error_body(error)
+
+    def refused(self, scope: Scope, error: LockstepError, status: int) -> None:
+        log_error(scope, error)
 
 
 class IcebergMount:
