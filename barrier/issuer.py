@@ -1,14 +1,18 @@
 """When the next barrier is issued: one policy, one loop, for every issuer.
 
 The service's interval ticker, ``lockstep barrier issue --every``, the demo, the pipeline
-benchmark and the crash harness all issue through :class:`BarrierIssuer`. A policy looks
-at the pipeline (the newest barrier, each table's newest WRITTEN barrier, the clock) and
-says whether the next barrier is due:
+benchmark and the crash harness all issue through :class:`BarrierIssuer`. A policy
+(:mod:`lockstep.barrier.policies`) looks at the pipeline (the newest barrier, each table's
+newest WRITTEN barrier, the clock) and says whether the next barrier is due:
 
 - :class:`Interval`: one barrier every ``seconds`` (measured from the newest barrier's
-  ``ts``, so a restarted issuer keeps the rhythm);
+  ``ts``, so a restarted issuer keeps the rhythm), with ``max_in_flight`` no more than that
+  many issued and not yet written in every table;
 - :class:`OnDemand`: the next barrier as soon as the pipeline can take it, with at most
   ``max_in_flight`` barriers issued and not yet written in every table.
+
+When the pipeline keeps the next barrier back, the issuer says so: its ``holding_back``
+names the slowest tables and the jobs that write them, and ``on_hold`` hears each change.
 
 Several issuers may run at once (service replicas, a CLI loop beside them): each round
 first takes or renews a leadership lease in the store, and only the holder issues. A
@@ -24,143 +28,52 @@ the last one stopped.
 1
 >>> issuer.tick() is None      # barrier 1 not written yet: at most one in flight
 True
+>>> print(issuer.holding_back.describe())
+1 barrier in flight (a root job at most 0 behind): waiting for job load (table shopping)
 """
 
 from __future__ import annotations
 
-import abc
 import logging
 import os
 import socket
 import threading
+import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Callable, Collection
+from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING
 
-from lockstep.errors import ConfigurationError
+from lockstep.barrier.policies import (
+    MIN_LEASE_TTL_S,
+    HoldBack,
+    Interval,
+    IssuePolicy,
+    OnDemand,
+    PipelineState,
+)
 
 if TYPE_CHECKING:
     from lockstep.barrier.model import Barrier
     from lockstep.barrier.ports import IssuingStore
 
+__all__ = [
+    "LEADERSHIP",
+    "MIN_LEASE_TTL_S",
+    "BackgroundIssuer",
+    "BarrierIssuer",
+    "HoldBack",
+    "Interval",
+    "IssuePolicy",
+    "OnDemand",
+    "PipelineState",
+    "default_holder",
+]
+
 LEADERSHIP = "barrier-ticker"  # the store's leadership name (one issuer at a time)
-MIN_LEASE_TTL_S = 2.0
+SCOPES_REFRESH_S = 30.0  # how long the registrations of never-written jobs are trusted
 log = logging.getLogger("lockstep.coordinator")
-
-
-@dataclass(frozen=True)
-class PipelineState:
-    """What a policy decides on: the newest barrier, and each table's newest WRITTEN one
-    (0: none yet); ``roots`` are the tables root jobs write."""
-
-    now: datetime
-    newest: Barrier | None
-    written: dict[str, int]
-    roots: frozenset[str]
-
-    @property
-    def issued(self) -> int:
-        return self.newest.barrier_id if self.newest is not None else 0
-
-    def since_newest(self) -> timedelta | None:
-        return None if self.newest is None else self.now - self.newest.ts
-
-
-class IssuePolicy(abc.ABC):
-    """Decides whether the next barrier is due."""
-
-    needs_tables = False  # whether :meth:`due` reads ``written`` (one more store query)
-
-    @abc.abstractmethod
-    def due(self, state: PipelineState) -> bool: ...
-
-    @property
-    def poll_s(self) -> float:
-        """How often the loop asks."""
-        return 0.1
-
-    def wait_s(self, state: PipelineState) -> float:
-        """How long the loop may sleep after a round that saw ``state`` (at most
-        :attr:`poll_s`, so the leadership is renewed in time)."""
-        return self.poll_s
-
-    @property
-    def lease_ttl_s(self) -> float:
-        """How long the leadership outlives a silent holder: a few rounds."""
-        return max(3 * self.poll_s, MIN_LEASE_TTL_S)
-
-
-@dataclass(frozen=True)
-class Interval(IssuePolicy):
-    """A barrier every ``seconds``.
-
-    >>> from datetime import datetime, timezone
-    >>> from lockstep.barrier.model import Barrier
-    >>> t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    >>> Interval(10).due(PipelineState(t0, Barrier(1, t0), {}, frozenset()))
-    False
-    """
-
-    seconds: float
-
-    def __post_init__(self) -> None:
-        if not self.seconds > 0:
-            raise ConfigurationError(f"the barrier interval must be positive, got {self.seconds}")
-
-    def due(self, state: PipelineState) -> bool:
-        since = state.since_newest()
-        return since is None or since >= timedelta(seconds=self.seconds)
-
-    @property
-    def poll_s(self) -> float:
-        return min(self.seconds / 2, 1.0)
-
-    def wait_s(self, state: PipelineState) -> float:
-        """Until the next barrier is due, so it is issued on time, not up to a poll late."""
-        since = state.since_newest()
-        if since is None:
-            return 0.0
-        remaining = self.seconds - since.total_seconds()
-        return min(max(remaining, 0.0), self.poll_s)
-
-    @property
-    def lease_ttl_s(self) -> float:
-        return max(3 * self.seconds, MIN_LEASE_TTL_S)
-
-
-@dataclass(frozen=True)
-class OnDemand(IssuePolicy):
-    """The next barrier as soon as the pipeline can take it.
-
-    Due when, after issuing, at most ``max_in_flight`` barriers would be issued and not
-    yet WRITTEN in every table; every root table is at most ``root_lag`` barriers behind
-    the newest (0: the roots are idle; 1: they get the next barrier while they finish
-    this one); and at least ``min_interval_s`` passed since the newest barrier.
-    """
-
-    max_in_flight: int = 2
-    root_lag: int = 0
-    min_interval_s: float = 0.0
-    needs_tables = True
-
-    def __post_init__(self) -> None:
-        if self.max_in_flight < 1 or self.root_lag < 0 or self.min_interval_s < 0:
-            raise ConfigurationError(
-                "OnDemand needs max_in_flight >= 1, root_lag >= 0 and min_interval_s >= 0, "
-                f"got {self.max_in_flight}, {self.root_lag}, {self.min_interval_s}"
-            )
-
-    def due(self, state: PipelineState) -> bool:
-        since = state.since_newest()
-        if since is not None and since < timedelta(seconds=self.min_interval_s):
-            return False
-        issued = state.issued
-        if any(state.written.get(t, 0) < issued - self.root_lag for t in state.roots):
-            return False
-        slowest = min(state.written.values(), default=issued)
-        return issued + 1 - slowest <= self.max_in_flight
 
 
 def default_holder() -> str:
@@ -169,7 +82,12 @@ def default_holder() -> str:
 
 
 class BarrierIssuer:
-    """Issues barriers into ``store`` when ``policy`` says so, while holding the lease."""
+    """Issues barriers into ``store`` when ``policy`` says so, while holding the lease.
+
+    ``on_hold`` hears when the pipeline starts holding the next barrier back (a
+    :class:`HoldBack`), when what holds it changes, and when it no longer does (None), each
+    with the store's time of that round: once per change, not every round.
+    """
 
     def __init__(
         self,
@@ -179,26 +97,35 @@ class BarrierIssuer:
         holder: str | None = None,
         lease_ttl_s: float | None = None,
         on_issue: Callable[[Barrier], None] | None = None,
+        on_hold: Callable[[HoldBack | None, datetime], None] | None = None,
     ) -> None:
         self.store = store
         self.policy = policy
         self.holder = holder or default_holder()
         self.lease_ttl_s = lease_ttl_s or policy.lease_ttl_s
         self.on_issue = on_issue or (lambda _barrier: None)
+        self.on_hold = on_hold or (lambda _hold, _at: None)
         self.issued = 0  # barriers this issuer issued
+        self.leading = False  # whether the last round held the leadership
+        # why the last round's pipeline kept the next barrier back (None: nothing did, or
+        # this issuer does not lead)
+        self.holding_back: HoldBack | None = None
         self._last: PipelineState | None = None  # what the last round saw
+        self._scopes = _RegistrationScopes(store)
 
     def state(self) -> PipelineState:
         """The pipeline as the policy sees it, read from the store."""
         newest = self.store.list_barriers(limit=1)
-        written: dict[str, int] = {}
-        roots: frozenset[str] = frozenset()
-        if self.policy.needs_tables:
-            written = {t.table: t.latest_written or 0 for t in self.store.table_status()}
-            roots = frozenset(
-                t for job in self.store.topology().jobs if job.is_root for t in job.sinks
-            )
-        return PipelineState(self.store.now(), newest[0] if newest else None, written, roots)
+        if not self.policy.needs_tables:
+            return PipelineState(self.store.now(), newest[0] if newest else None, {}, frozenset())
+        # a table no job writes never catches up: it holds nothing back
+        statuses = [t for t in self.store.table_status() if t.writer is not None]
+        writers = {t.table: t.writer for t in statuses if t.writer is not None}
+        scopes = self._scopes.of({writers[t.table] for t in statuses if not t.latest_written})
+        written = {t.table: t.latest_written or scopes[writers[t.table]] for t in statuses}
+        roots = frozenset(t for job in self.store.topology().jobs if job.is_root for t in job.sinks)
+        newest_barrier = newest[0] if newest else None
+        return PipelineState(self.store.now(), newest_barrier, written, roots, writers)
 
     def leads(self) -> bool:
         """Take or renew the leadership; False while another live issuer holds it."""
@@ -207,17 +134,33 @@ class BarrierIssuer:
     def tick(self) -> Barrier | None:
         """One round: lead (or not), and issue the next barrier if it is due."""
         self._last = None
-        if not self.leads():
+        self.leading = self.leads()
+        if not self.leading:
+            self.holding_back = None  # the leader's to say
             return None
         state = self.state()
+        self._note_hold(self.policy.held_back(state), state.now)
         if not self.policy.due(state):
             self._last = state
             return None
         barrier = self.store.issue_barrier()
-        self._last = PipelineState(barrier.ts, barrier, state.written, state.roots)
+        self._last = replace(state, now=barrier.ts, newest=barrier)
         self.issued += 1
         self.on_issue(barrier)
         return barrier
+
+    def _note_hold(self, hold: HoldBack | None, now: datetime) -> None:
+        previous = self.holding_back
+        if hold is not None and previous is not None:
+            hold = replace(hold, since=previous.since)  # one spell of holding back
+        self.holding_back = hold
+        if hold == previous:
+            return
+        if hold is None:
+            log.info("barrier issuer %s resumed issuing", self.holder)
+        else:
+            log.info("barrier issuer %s holding back: %s", self.holder, hold.describe())
+        self.on_hold(hold, now)
 
     def wait_s(self) -> float:
         """How long to sleep before the next round."""
@@ -280,3 +223,32 @@ class BackgroundIssuer:
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
         self._thread.join(timeout=timeout_s)
+
+
+class _RegistrationScopes:
+    """For the jobs whose tables have no WRITTEN barrier yet, the newest barrier when each
+    was registered (``start_after``): the barriers before it are none of its tables'
+    business, so a job registered into a running pipeline does not count as that many
+    barriers behind (the issuer would hold back the very barrier it waits for). Read from
+    the store when the set of such jobs changes, else every :data:`SCOPES_REFRESH_S` (a
+    job unregistered and registered again)."""
+
+    def __init__(self, store: IssuingStore) -> None:
+        self._store = store
+        self._asked: frozenset[str] = frozenset()
+        self._known: dict[str, int] = {}
+        self._read_at = 0.0
+
+    def of(self, jobs: Collection[str]) -> dict[str, int]:
+        wanted = frozenset(jobs)
+        if not wanted:
+            return {}
+        stale = time.monotonic() - self._read_at > SCOPES_REFRESH_S
+        if wanted != self._asked or stale:
+            rows = self._store.export_tables(("ls_job",))["ls_job"]
+            self._known = {
+                row["job_id"]: row["start_after"] or 0
+                for row in rows.select(["job_id", "start_after"]).to_pylist()
+            }
+            self._asked, self._read_at = wanted, time.monotonic()
+        return {job: self._known.get(job, 0) for job in wanted}

@@ -153,7 +153,7 @@ def test_serve_says_what_it_serves_where_to_whom_without_secrets(tmp_path: Path)
     assert rows["auth"] == f"token file {token_file} (1 admin, 1 job, 1 read tokens)"
     assert rows["store"] == "postgresql://etl:***@db:5432/lockstep?sslpassword=***"
     assert rows["catalog"].startswith("rest catalog 'lockstep' at http://[::1]:9000/iceberg")
-    assert rows["barriers"] == "issued every 5 s (by one replica at a time)"
+    assert rows["barriers"] == "issued every 5 s, at most 3 in flight (by one replica at a time)"
     assert rows["connections"] == "at most 500 open; a request must arrive within 10 s"
     assert rows["access log"].startswith("off")
     for secret in ("s3cret", "tok-secret", "token-0", "sslpassword=x"):

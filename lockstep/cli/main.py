@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lockstep.cli.arguments import int_at_least, port, positive_float
+from lockstep.cli.arguments import int_at_least, port
 from lockstep.cli.dbt_import import add_import_dbt
 from lockstep.cli.delay import cmd_delay
 from lockstep.cli.exec_cmd import add_exec_command
@@ -38,6 +38,7 @@ from lockstep.cli.format import (
     resolve_rows,
     table_row,
 )
+from lockstep.cli.issue import add_issue_options, add_serve_issue_options, cmd_barrier_issue
 from lockstep.cli.jobs import load_job
 from lockstep.cli.jobs_file import load_jobs_file
 from lockstep.cli.ops import add_ops_commands
@@ -46,7 +47,6 @@ from lockstep.cli.run import (
     cmd_run,
     cmd_serve,
     cmd_walkthrough,
-    stop_on_signals,
 )
 from lockstep.cli.target import (
     DEBUG_ENV,
@@ -60,7 +60,6 @@ from lockstep.errors import LockstepError
 from lockstep.meta_tables.delay import DEFAULT_DELAY_BARRIERS
 
 if TYPE_CHECKING:  # the facade pulls in SQLAlchemy, DuckDB and Arrow: load it lazily
-    from lockstep.barrier.model import Barrier
     from lockstep.facade import Lockstep
     from lockstep.topology.model import JobSpec
 
@@ -91,7 +90,11 @@ def _with_store(handler: StoreHandler) -> Handler:
 def cmd_job_register(ls: Lockstep, args: argparse.Namespace) -> Output:
     """Register a job by the managed tables it reads and the tables it writes."""
     spec = ls.register_job(
-        args.job_id, sources=args.source, sinks=args.sink, external_sources=args.external_source
+        args.job_id,
+        sources=args.source,
+        sinks=args.sink,
+        external_sources=args.external_source,
+        catch_up=args.catch_up,
     )
     row = job_row(spec)
     inputs = [*spec.sources, *(f"{x} (external)" for x in spec.external_sources)]
@@ -129,36 +132,6 @@ def cmd_job_unregister(ls: Lockstep, args: argparse.Namespace) -> Output:
     """Remove a job; its tables and their history stay."""
     ls.unregister_job(args.job_id, force=args.force)
     return Output({"job_id": args.job_id, "unregistered": True}, f"unregistered {args.job_id}")
-
-
-def cmd_barrier_issue(ls: Lockstep, args: argparse.Namespace) -> Output:
-    """Issue the next global barrier (with --every, keep issuing: a coordinator loop)."""
-    if args.every is None:
-        if args.count is not None:
-            raise LockstepError("--count needs --every SECONDS (how far apart to issue them)")
-        barrier = ls.issue_barrier()
-        data = {"barrier_id": barrier.barrier_id, "ts": barrier.ts}
-        return Output(data, f"issued barrier {barrier.barrier_id} at {format_cell(barrier.ts)} UTC")
-    from lockstep.barrier.coordinator import BarrierIssuer, Interval
-
-    progress = _quiet if args.json else print
-    issued: list[dict[str, Any]] = []
-
-    def issued_one(barrier: Barrier) -> None:
-        issued.append({"barrier_id": barrier.barrier_id, "ts": barrier.ts})
-        progress(f"issued barrier {barrier.barrier_id} at {format_cell(barrier.ts)} UTC")
-
-    # The same issuer as the service's ticker: it holds the store's leadership lease while
-    # it runs, so two loops (or a loop and a service) never both issue.
-    issuer = BarrierIssuer(ls.store, Interval(args.every), on_issue=issued_one)
-    with stop_on_signals("stopping") as stop:
-        if not issuer.leads():
-            progress(
-                "another issuer holds the barrier leadership (a service's --barrier-interval "
-                "or another `barrier issue --every`): waiting until it stops"
-            )
-        issuer.run(stop, count=args.count)
-    return Output(issued, f"issued {len(issued)} barrier{'' if len(issued) == 1 else 's'}")
 
 
 def cmd_barrier_list(ls: Lockstep, args: argparse.Namespace) -> Output:
@@ -303,6 +276,14 @@ def _add_job_commands(sub: Any, cmds: _Commands) -> None:
         metavar="NAME",
         help="an unmanaged input, e.g. kafka:orders (repeatable)",
     )
+    register.add_argument(
+        "--catch-up",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="when behind, take all pending barriers in one run, published as the newest "
+        "(the ones between are skipped for its tables; registering again with "
+        "--no-catch-up turns it off)",
+    )
     apply = cmds.add(jobs, "apply", cmd_job_apply)
     apply.add_argument(
         "file",
@@ -322,14 +303,7 @@ def _add_job_commands(sub: Any, cmds: _Commands) -> None:
 def _add_barrier_commands(sub: Any, cmds: _Commands) -> None:
     barrier = sub.add_parser("barrier", help="issue and list global barriers")
     barriers = barrier.add_subparsers(dest="barrier_command", required=True, metavar="COMMAND")
-    issue = cmds.add(barriers, "issue", cmd_barrier_issue)
-    issue.add_argument(
-        "--every",
-        type=positive_float,
-        metavar="SECONDS",
-        help="keep issuing one barrier every SECONDS until Ctrl-C/SIGTERM (or --count)",
-    )
-    issue.add_argument("--count", type=int_at_least(1), metavar="N", help="stop after N")
+    add_issue_options(cmds.add(barriers, "issue", cmd_barrier_issue))
     listing = cmds.add(barriers, "list", cmd_barrier_list)
     listing.add_argument("--limit", type=int_at_least(1), default=DEFAULT_LIST_LIMIT)
 
@@ -433,12 +407,7 @@ def _add_serve_command(sub: Any, cmds: _Commands) -> None:
     serve.add_argument(
         "--token-file", type=Path, metavar="FILE", help="lines of 'ROLE TOKEN' (admin or read)"
     )
-    serve.add_argument(
-        "--barrier-interval",
-        type=positive_float,
-        metavar="SECONDS",
-        help="issue a barrier every SECONDS (in one replica at a time)",
-    )
+    add_serve_issue_options(serve)
     serve.add_argument(
         "--workers",
         type=int_at_least(1),

@@ -273,10 +273,14 @@ def cmd_serve(args: argparse.Namespace) -> Output:
         "port": args.port,
         "token_file": args.token_file,
         "barrier_interval_s": args.barrier_interval,
+        "barrier_on_demand": args.barrier_on_demand,
+        "barrier_max_in_flight": args.barrier_max_in_flight,  # 0 given: no cap
+        "barrier_min_interval_s": args.barrier_min_interval,
         "workers": args.workers,
-        "access_log": args.access_log,
+        "access_log": args.access_log or None,
     }
-    settings = ServiceSettings.load(args.config, **{k: v for k, v in flags.items() if v})
+    given = {k: v for k, v in flags.items() if v is not None}  # the rest: environment, file
+    settings = ServiceSettings.load(args.config, **given)
     if settings.catalog is None and args.target and "://" not in args.target:
         # a service over a home tells its clients where that home's tables are
         home = LockstepConfig.from_target(args.target)

@@ -67,7 +67,7 @@ from lockstep.service.requests import (
     RevisionIn,
     SqlIn,
 )
-from lockstep.service.status import collect_status, render_status_page
+from lockstep.service.status import Status, collect_status, render_status_page
 from lockstep.service.status_auth import token_page, wants_token_page
 from lockstep.topology.model import JobSpec
 
@@ -174,14 +174,17 @@ def create_app(
 def _add_pages(app: FastAPI, store: MetadataStore) -> None:
     """The status page, status, health and the store's clock."""
 
+    def collect() -> Status:  # with this replica's barrier issuer (server.watch_issuer)
+        return collect_status(store, issuer=app.state.metrics_replica.issuer)
+
     @app.get("/", response_class=HTMLResponse)
     def status_page(_: Reader) -> str:
         """What an operator opens first: topology, freshness, job states (auto-refresh)."""
-        return render_status_page(collect_status(store))
+        return render_status_page(collect())
 
     @app.get("/v1/status")
     def status(_: Reader) -> dict[str, Any]:
-        return dataclasses.asdict(collect_status(store))
+        return dataclasses.asdict(collect())
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:  # on the event loop: never queued behind work

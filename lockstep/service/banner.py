@@ -68,13 +68,13 @@ def banner(
         from lockstep.barrier.iceberg.catalog import IcebergCatalog
 
         rows.append(("catalog", f"{IcebergCatalog.from_mapping(settings.catalog).describe()}"))
-    interval = settings.barrier_interval_s
+    policy = settings.issue_policy()
     rows += [
         (
             "barriers",
-            f"issued every {interval:g} s (by one replica at a time)"
-            if interval
-            else "issued on demand (lockstep barrier issue)",
+            f"issued {policy.describe()} (by one replica at a time)"
+            if policy is not None
+            else "none issued here (lockstep barrier issue --every S, or --barrier-interval S)",
         ),
         (
             "connections",

@@ -5,7 +5,8 @@ in one process, as in the tests, keep their numbers apart):
 
 - the store's figures (tables, jobs, barriers, leadership), computed at each scrape by
   :class:`~lockstep.service.metrics_pipeline.PipelineCollector` from a few indexed
-  statements (``meta_tables/store/sql/gauges.py``);
+  statements (``meta_tables/store/sql/gauges.py``), with this replica's barrier issuer's
+  (whether it holds the next barrier back, and for which jobs);
 - the service's own requests, counted by an ASGI middleware as they pass: per endpoint
   kind (``report``: a job's PROCESSED/WRITTEN/aborted reports; ``resolve``: resolutions and
   lease acquisitions; ``sql``: meta SQL and exports; ``next_barrier``: a job asking for its
@@ -37,6 +38,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session
 
+from lockstep.barrier.issuer import BarrierIssuer
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql.gauges import PipelineGauges, read_gauges
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
@@ -193,6 +195,15 @@ def watch_leadership(app: FastAPI, issuer_holder: str) -> None:
     ``lockstep_replica_leader`` says whether this replica leads."""
     replica: ReplicaFacts = app.state.metrics_replica
     replica.issuer_holder = issuer_holder
+
+
+def watch_issuer(app: FastAPI, issuer: BarrierIssuer) -> None:
+    """Tell ``/metrics`` and the status page about this replica's barrier issuer: whether
+    it leads (``lockstep_replica_leader``), and whether it holds the next barrier back and
+    for which jobs (``lockstep_issuer_held_back``, ``lockstep_issuer_held_back_by``)."""
+    replica: ReplicaFacts = app.state.metrics_replica
+    replica.issuer_holder = issuer.holder
+    replica.issuer = issuer
 
 
 def watch_long_polls(app: FastAPI, waits: BarrierWaits) -> None:

@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from lockstep.barrier.issuer import LEADERSHIP
+from lockstep.barrier.issuer import LEADERSHIP, BarrierIssuer
 from lockstep.meta_tables.store.sql.gauges import PipelineGauges
 from lockstep.service.status import job_activity
 
@@ -32,10 +32,12 @@ JOB_STATES = ("running", "waiting", "not_running")
 @dataclass
 class ReplicaFacts:
     """What this replica knows that the store does not: the holder name of its barrier
-    issuer (None: it runs none) and each job's lineage failures as its heartbeats carry
-    them (the job process's count, see ``lineage.failures``)."""
+    issuer (None: it runs none), the issuer itself (whether it holds the next barrier
+    back, and for whom) and each job's lineage failures as its heartbeats carry them (the
+    job process's count, see ``lineage.failures``)."""
 
     issuer_holder: str | None = None
+    issuer: BarrierIssuer | None = None
     _lineage_failures: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -177,7 +179,15 @@ def _job_families(gauges: PipelineGauges, replica: ReplicaFacts) -> Iterator[Met
     )
     for job, count in sorted(replica.lineage_failures(j.job for j in gauges.jobs).items()):
         failures.add_metric([job], count)
-    yield from (state, written, cost, wait, token, seen, failures)
+    failed_runs = CounterMetricFamily(
+        "lockstep_job_failed_runs",
+        "Runs of the job's barriers that failed and published nothing, as the job reported "
+        "them (the barrier runs again; __META_JOB_FAILURE has each one and why)",
+        labels=["job"],
+    )
+    for j in gauges.jobs:
+        failed_runs.add_metric([j.job], j.failed_runs)
+    yield from (state, written, cost, wait, token, seen, failures, failed_runs)
 
 
 def _coordinator_families(gauges: PipelineGauges, replica: ReplicaFacts) -> Iterator[Metric]:
@@ -209,3 +219,35 @@ def _coordinator_families(gauges: PipelineGauges, replica: ReplicaFacts) -> Iter
     leads = any(x.name == LEADERSHIP and x.holder == holder for x in gauges.leaders)
     mine.add_metric([LEADERSHIP], 1 if holder is not None and leads else 0)
     yield from (newest, in_flight, leader, mine)
+    yield from _issuer_families(replica.issuer)
+
+
+def _issuer_families(issuer: BarrierIssuer | None) -> Iterator[Metric]:
+    """Whether this replica's issuer holds the next barrier back, and which jobs hold it:
+    a series per holding job, only while it holds (at most one per registered job)."""
+    hold = None if issuer is None else issuer.holding_back
+    held = GaugeMetricFamily(
+        "lockstep_issuer_held_back",
+        "1 while this replica's barrier issuer holds the next barrier back because the "
+        "pipeline has as many barriers in flight as its policy allows, else 0 (also when "
+        "it runs no issuer or does not lead)",
+    )
+    held.add_metric([], 0 if hold is None else 1)
+    by = _gauge(
+        "lockstep_issuer_held_back_by",
+        "1 for each job the barrier issuer waits for while it holds back: the writers of "
+        "the slowest tables (absent while it does not hold back)",
+        ["job"],
+    )
+    for job in () if hold is None else hold.jobs:
+        by.add_metric([job], 1)
+    yield from (held, by)
+    cap = getattr(None if issuer is None else issuer.policy, "max_in_flight", None)
+    if cap is not None:
+        limit = GaugeMetricFamily(
+            "lockstep_issuer_max_in_flight",
+            "The most barriers in flight this replica's barrier issuer allows (compare "
+            "lockstep_barriers_in_flight; absent without an issuer or a cap)",
+        )
+        limit.add_metric([], cap)
+        yield limit

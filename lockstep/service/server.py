@@ -1,11 +1,11 @@
-"""Running the coordinator service: uvicorn, and the interval barrier ticker.
+"""Running the coordinator service: uvicorn, and the barrier ticker.
 
 Several replicas may serve one PostgreSQL store. Barrier ids stay gap-free and unique
 because issuing is one database transaction (a racing insert of the same id fails and is
-retried). Issuing on an interval runs in exactly one replica at a time: each replica runs a
-:class:`~lockstep.barrier.issuer.BarrierIssuer`, which takes a leadership lease in the
-store, and only the holder issues; when it dies its lease runs out and another replica's
-issuer takes over.
+retried). The barrier ticker (on an interval or on demand) issues in exactly one replica
+at a time: each replica runs a :class:`~lockstep.barrier.issuer.BarrierIssuer`, which
+takes a leadership lease in the store, and only the holder issues; when it dies its lease
+runs out and another replica's issuer takes over.
 
 ``workers = N`` runs N replicas as processes of one ``lockstep serve`` sharing its port
 (uvicorn's workers): one process is one core at most (the GIL), so on a busy PostgreSQL
@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from lockstep.barrier.issuer import BackgroundIssuer, BarrierIssuer, Interval
+from lockstep.barrier.issuer import BackgroundIssuer, BarrierIssuer
 from lockstep.errors import ConfigurationError
 from lockstep.service.access_log import access_logged
 from lockstep.service.auth import Grant, load_tokens
@@ -143,6 +143,7 @@ def _check(settings: ServiceSettings) -> dict[str, Grant] | None:
             f"the service keeps its state in a SQL store (sqlite:///… or postgresql://…), "
             f"not {settings.store}"
         )
+    settings.issue_policy()  # the barrier ticker's settings name one policy
     tokens = load_tokens(settings.token_file) if settings.token_file else None
     if tokens is None:
         if not is_loopback(settings.host):
@@ -165,7 +166,7 @@ def _build(
 ) -> tuple[FastAPI, MetadataStore, BackgroundIssuer | None]:
     """The app, its store and its barrier ticker (not started) for ``settings``."""
     from lockstep.service.app import create_app
-    from lockstep.service.metrics import watch_leadership
+    from lockstep.service.metrics import watch_issuer
 
     store = open_store(settings.store)
     app = create_app(
@@ -183,10 +184,10 @@ def _build(
         metrics_token=settings.metrics_token.get_secret_value() if settings.metrics_token else None,
         allowed_hosts=settings.allowed_hosts,
     )
-    interval = settings.barrier_interval_s
-    ticker = BackgroundIssuer(BarrierIssuer(store, Interval(interval))) if interval else None
+    policy = settings.issue_policy()
+    ticker = BackgroundIssuer(BarrierIssuer(store, policy)) if policy is not None else None
     if ticker is not None:
-        watch_leadership(app, ticker.issuer.holder)  # lockstep_replica_leader
+        watch_issuer(app, ticker.issuer)  # /metrics and the status page: leads, holds back
     app.router.on_startup.append(_end_polls_on_exit(app.state.barrier_waits))
     return app, store, ticker
 
@@ -243,6 +244,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int)
     parser.add_argument("--token-file", type=Path, help="lines of 'ROLE TOKEN' (admin|read)")
     parser.add_argument("--barrier-interval", type=float, help="issue a barrier every N s")
+    parser.add_argument("--barrier-on-demand", action="store_true", help="or on demand")
+    parser.add_argument("--barrier-max-in-flight", type=int, help="at most N (0: no cap)")
+    parser.add_argument("--barrier-min-interval", type=float, help="on demand, N s apart")
     parser.add_argument("--workers", type=int, help="processes serving (PostgreSQL only)")
     parser.add_argument("--access-log", action="store_true", help="a line per request")
     args = parser.parse_args(argv)
@@ -254,6 +258,9 @@ def main(argv: list[str] | None = None) -> None:
             "port": args.port,
             "token_file": args.token_file,
             "barrier_interval_s": args.barrier_interval,
+            "barrier_on_demand": args.barrier_on_demand or None,
+            "barrier_max_in_flight": args.barrier_max_in_flight,
+            "barrier_min_interval_s": args.barrier_min_interval,
             "workers": args.workers,
             "access_log": args.access_log or None,
         }.items()

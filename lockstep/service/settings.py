@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from lockstep.barrier.policies import IssuePolicy, interval_policy, on_demand_policy
 from lockstep.errors import ConfigurationError
 from lockstep.service.auth import MIN_TOKEN_LENGTH
 from lockstep.service.iceberg.config import IcebergSettings
@@ -30,7 +31,14 @@ class ServiceSettings(BaseSettings):
     token_file: Path | None = None
     # without a token file: host names besides loopback ones that requests may name (Host)
     allowed_hosts: list[str] = Field(default_factory=list)
-    barrier_interval_s: float | None = None
+    # the barrier ticker (one replica at a time; none of these: the service issues none):
+    # every barrier_interval_s, or on demand; at most barrier_max_in_flight barriers issued
+    # and not yet WRITTEN in every table (None: policies.DEFAULT_MAX_IN_FLIGHT; 0: no cap,
+    # the interval's plain clock); on demand, barrier_min_interval_s apart at least
+    barrier_interval_s: float | None = Field(default=None, gt=0)
+    barrier_on_demand: bool = False
+    barrier_max_in_flight: int | None = Field(default=None, ge=0)
+    barrier_min_interval_s: float | None = Field(default=None, ge=0)
     sql_timeout_s: float = Field(default=10.0, gt=0)
     sql_max_rows: int = Field(default=10_000, gt=0)
     sql_concurrency: int = Field(default=4, gt=0)  # meta queries running at once
@@ -95,6 +103,31 @@ class ServiceSettings(BaseSettings):
             )
         return value
 
+    def issue_policy(self) -> IssuePolicy | None:
+        """The barrier ticker's policy (None: this service issues no barriers); settings
+        that name none coherently are a :class:`ConfigurationError` (checked by
+        :meth:`load` once every source is read, not per source)."""
+        if self.barrier_interval_s is not None and self.barrier_on_demand:
+            raise ConfigurationError(
+                "barrier_interval_s (--barrier-interval) and barrier_on_demand "
+                "(--barrier-on-demand) are two ways to issue barriers: give one"
+            )
+        if self.barrier_min_interval_s is not None and not self.barrier_on_demand:
+            raise ConfigurationError(
+                "barrier_min_interval_s (--barrier-min-interval) goes with barrier_on_demand: "
+                "with barrier_interval_s the barriers are that interval apart already"
+            )
+        if self.barrier_on_demand:
+            return on_demand_policy(self.barrier_max_in_flight, self.barrier_min_interval_s)
+        if self.barrier_interval_s is not None:
+            return interval_policy(self.barrier_interval_s, self.barrier_max_in_flight)
+        if self.barrier_max_in_flight is not None:
+            raise ConfigurationError(
+                "barrier_max_in_flight (--barrier-max-in-flight) caps the barriers this "
+                "service issues: set barrier_interval_s or barrier_on_demand too"
+            )
+        return None
+
     @classmethod
     def load(cls, config_file: Path | None = None, **overrides: Any) -> ServiceSettings:
         """Settings from ``config_file`` (TOML), the environment and ``overrides``."""
@@ -110,7 +143,7 @@ class ServiceSettings(BaseSettings):
                 raise ConfigurationError(f"cannot read service config {config_file}: {e}") from e
         try:
             from_environment = cls().model_dump(exclude_unset=True)
-            return cls(**{**from_file, **from_environment, **overrides})
+            settings = cls(**{**from_file, **from_environment, **overrides})
         except ValidationError as e:
             # each problem by key and reason, never the value (it may be a credential)
             problems = "; ".join(
@@ -118,3 +151,8 @@ class ServiceSettings(BaseSettings):
                 for error in e.errors()
             )
             raise ConfigurationError(f"invalid service settings: {problems}") from e
+        try:
+            settings.issue_policy()
+        except ConfigurationError as e:
+            raise ConfigurationError(f"invalid service settings: {e}") from e
+        return settings

@@ -13,10 +13,11 @@ to the store, see meta_tables/pushdown.py): never a whole history.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
+from lockstep.barrier.issuer import BarrierIssuer
 from lockstep.barrier.model import Barrier, TableStatus
 from lockstep.barrier.runtime.heartbeat import LIVE_WITHIN_S
 from lockstep.errors import UnknownJobError
@@ -58,10 +59,14 @@ class Status:
     barriers: list[dict[str, Any]] = field(default_factory=list)
     delays: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     bottleneck: dict[str, Any] | None = None
+    issuer: dict[str, Any] | None = None  # see :func:`issuer_status`
 
 
-def collect_status(store: MetadataStore, *, barriers: int = STATUS_BARRIERS) -> Status:
-    """The page's data, read with bounded queries (see the module's docstring)."""
+def collect_status(
+    store: MetadataStore, *, barriers: int = STATUS_BARRIERS, issuer: BarrierIssuer | None = None
+) -> Status:
+    """The page's data, read with bounded queries (see the module's docstring); ``issuer``
+    is this replica's barrier issuer, if it runs one."""
     now = _utc(store.now())
     recent = store.list_barriers(limit=barriers)  # newest first
     first = recent[-1].barrier_id if recent else None
@@ -90,7 +95,21 @@ def collect_status(store: MetadataStore, *, barriers: int = STATUS_BARRIERS) -> 
         barriers=timeline,
         delays=delays,
         bottleneck=find_bottleneck(topology, timeline, delay_rows),
+        issuer=issuer_status(issuer),
     )
+
+
+def issuer_status(issuer: BarrierIssuer | None) -> dict[str, Any] | None:
+    """This replica's barrier issuer as the page shows it (None: it runs none): its policy,
+    whether it leads, and while it holds the next barrier back, why (``text``: one line)."""
+    if issuer is None:
+        return None
+    hold = issuer.holding_back
+    return {
+        "policy": issuer.policy.describe(),
+        "leading": issuer.leading,
+        "holding_back": None if hold is None else {**asdict(hold), "text": hold.describe()},
+    }
 
 
 def _window(store: MetadataStore, select: str, first: int | None) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ def render_status_page(status: Status, *, refresh_s: int = 3) -> str:
 
 def _live(status: Status) -> str:
     return f"""<main id="live" data-generated="{_iso(status.now)}">
-{_summary(status)}
+{_summary(status)}{_issuer_note(status.issuer, status.now)}
 <section id="topology-section"><h2>Topology</h2>{_legend()}
 <div class="scroll-x" id="topology-scroll" data-keep-scroll>
 {topology_svg(status.tables, status.jobs, status.edges, status.bottleneck)}</div>
@@ -80,6 +80,8 @@ def _summary(status: Status) -> str:
     ]
     if status.bottleneck is not None:
         chips.append(("bottleneck", "bottleneck", f"<b>{escape(status.bottleneck['job_id'])}</b>"))
+    if status.issuer is not None:
+        chips.append(("issuer", "barrier issuer", _issuer_chip(status.issuer)))
     return (
         '<div class="chips">'
         + "".join(
@@ -91,6 +93,32 @@ def _summary(status: Status) -> str:
 
 
 _ACTIVITIES = ("running", "waiting", "not running")
+
+
+def _issuer_chip(issuer: Mapping[str, Any]) -> str:
+    """This replica's barrier issuer: holding back, issuing (its policy), or standing by."""
+    hold = issuer["holding_back"]
+    if hold is not None:
+        return f'<b class="held">holding back</b> <small>{hold["in_flight"]} in flight</small>'
+    if issuer["leading"]:
+        return f"<b>issuing</b> <small>{escape(issuer['policy'])}</small>"
+    return "<b>standby</b> <small>another issuer leads</small>"
+
+
+def _issuer_note(issuer: Mapping[str, Any] | None, now: datetime | None) -> str:
+    """While the issuer holds the next barrier back: whom it waits for, and since when."""
+    hold = None if issuer is None else issuer["holding_back"]
+    if hold is None:
+        return ""
+    held = None if now is None else (now - hold["since"]).total_seconds()
+    they = "that job catches up" if len(hold["jobs"]) == 1 else "those jobs catch up"
+    return (
+        f'<p class="note" id="issuer-note" data-jobs="{escape(" ".join(hold["jobs"]))}" '
+        f'data-in-flight="{hold["in_flight"]}"><b>Issuer holding back</b> '
+        f"({duration(held)} so far): {escape(hold['text'])}. The next barrier is issued when "
+        f"{they}; a job that is not running holds the barriers back until it runs again "
+        "(start it, or unregister it).</p>"
+    )
 
 
 def _legend() -> str:
@@ -314,6 +342,9 @@ WRITTEN; on that table's critical path (follow the source that became available 
 root) it is the job with the largest own cost (WRITTEN - started).</li>
 <li><b>running</b>: a live instance works on a barrier; <b>waiting</b>: a live instance waits
 for its next barrier; <b>not running</b>: no heartbeat for a while, or never attached.</li>
+<li><b>barrier issuer</b> (a replica running the barrier ticker): issuing, on standby (another
+issuer leads), or holding back: as many barriers in flight as its cap allows, waiting for the
+jobs that write the slowest tables.</li>
 <li><b>timeline</b>: per table, from the barrier's issue to PROCESSED (light) and to WRITTEN
 (dark); striped: not finished yet.</li>
 <li>Cost: each refresh reads the last {status.window} barriers only, never a whole history.

@@ -25,6 +25,8 @@ section { background: #fff; border: 1px solid var(--line); border-radius: 8px;
 .chip { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 6px 12px; }
 .chip .label { color: var(--muted); font-size: 13px; margin-right: 4px; }
 #bottleneck { border-color: var(--hot); }
+.chip .held, #issuer-note b:first-child { color: var(--off); }
+#issuer-note { margin: -6px 0 16px; }
 .dot { display: inline-block; width: 9px; height: 9px; border-radius: 50%; margin-left: 6px; }
 .dot.running { background: var(--run); } .dot.waiting { background: var(--wait); }
 .dot.not-running { background: var(--off); }
