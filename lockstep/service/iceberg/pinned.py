@@ -13,8 +13,10 @@ snapshot) at the view's barrier:
 - ``lockstep:barrier=42``: prefix ``b42``, barrier 42.
 
 The first two are *pinned views*: opening one takes a lease over every Lockstep table the
-catalog serves (its snapshots protected from expiration), counted against the caller's
-lease cap (``max_leases_per_caller``, shared with ``POST /v1/leases``). The prefix is
+catalog serves, or over those its scope names (``lockstep:repeatable_read@shop.*``,
+``view_scope``: a slow job elsewhere then holds the view back no more), its snapshots
+protected from expiration, counted against the caller's lease cap
+(``max_leases_per_caller``, shared with ``POST /v1/leases``). The prefix is
 bound to the caller that opened it: its ``<key>`` is a random secret whose digest is in
 the lease's holder (``<caller>/iceberg-rest-view:<digest>``, as ``__META_LEASE`` shows it),
 so neither the lease id nor the holder lets anyone else use or renew the view. Each request
@@ -25,11 +27,13 @@ A barrier view needs no lease: a table that has not WRITTEN the barrier, or whos
 expiration has passed, fails to load with a message that says so.
 
 Every view is read-only (a scan's metrics report aside), and moves only when the client
-loads the catalog again. Tables that are not Lockstep's (or became Lockstep's after a pinned
-view was opened) are shown as they are. What a load answers is also what the file its
-``metadata-location`` names says, every field as a fresh commit of the view's snapshot would
-have it (``as_of``, ``view_files``): DuckDB reads that file, and picks its snapshot from
-another field than the others do.
+loads the catalog again. Tables that are not Lockstep's are shown as they are. A Lockstep
+table outside a pinned view's lease (outside its scope, or created or made Lockstep's after
+it opened) is not served at all: shown as it is, it would be empty or at another barrier
+than the view's other tables (:class:`TableOutsideViewError`). What a load answers is also
+what the file its ``metadata-location`` names says, every field as a fresh commit of the
+view's snapshot would have it (``as_of``, ``view_files``): DuckDB reads that file, and
+picks its snapshot from another field than the others do.
 """
 
 from __future__ import annotations
@@ -40,10 +44,11 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from lockstep.barrier.iceberg.naming import lockstep_names
 from lockstep.errors import (
@@ -62,8 +67,10 @@ from lockstep.service.iceberg import storage
 from lockstep.service.iceberg.as_of import as_of
 from lockstep.service.iceberg.catalog import LoadedTable, ServedCatalog
 from lockstep.service.iceberg.consistency import snapshot_at
+from lockstep.service.iceberg.errors import IcebergCatalogError, NoSuchIcebergTableError
 from lockstep.service.iceberg.names import TableName, loaded_namespace
 from lockstep.service.iceberg.view_files import ViewFiles
+from lockstep.service.iceberg.view_scope import parse_scope, scoped_tables, split_scope
 
 CONSISTENT_WAREHOUSE = "lockstep:repeatable_read"  # the warehouse that asks for a pinned view
 WAREHOUSE_PREFIX = "lockstep:"
@@ -77,6 +84,7 @@ HOLDER = "iceberg-rest-view"
 VIEW_TTL_S = 600.0
 _LEASED = re.compile(r"(rr|rc)-([0-9a-f]{1,64})\.([0-9a-f]{32})")
 _AT_BARRIER = re.compile(r"b([1-9][0-9]{0,17})")
+_IN_LIST_MAX = 500  # table names in one IN (...) list
 
 
 def barrier_warehouse(barrier_id: int) -> str:
@@ -92,6 +100,25 @@ class ReadOnlyViewError(PermissionDeniedError):
             f"the catalog view {prefix!r} is a read-only, consistent view; connect without "
             f"a warehouse of {WAREHOUSE_PREFIX}... to change tables"
         )
+
+
+class TableOutsideViewError(NoSuchIcebergTableError):
+    """A Lockstep table a pinned view holds no snapshot of: outside the view's scope, or
+    created (or made Lockstep's) after the view opened. Shown as it is, it would be empty
+    or at another barrier than the view's tables, so it is not found (404) instead."""
+
+    def __init__(self, table: TableName, barrier_id: int | None) -> None:
+        # the message is not "does not exist": the table exists, outside this view
+        IcebergCatalogError.__init__(
+            self,
+            f"table {str(table)!r} is not in this consistent view (barrier {barrier_id}): a "
+            "pinned view holds the Lockstep tables of its scope that existed when the "
+            "catalog was loaded. Name the table in the warehouse's scope "
+            f"({WAREHOUSE_PREFIX}<level>@namespace.table,...), or load the catalog again",
+        )
+        self.namespace = table.namespace
+        self.table = table.name
+        self.barrier_id = barrier_id
 
 
 @dataclass(frozen=True)
@@ -141,24 +168,40 @@ class PinnedViews:
         """The prefix of the view ``warehouse`` asks for (None: it asks for none)."""
         if warehouse is None or not warehouse.startswith(WAREHOUSE_PREFIX):
             return None  # one warehouse per service: any other value changes nothing
-        if warehouse in LEVELS:
-            return self._open_pinned(*LEVELS[warehouse], caller)
+        level, scope = split_scope(warehouse)
+        if level in LEVELS:
+            tables = self._tables_of(warehouse, scope)
+            return self._open_pinned(*LEVELS[level], tables, caller)
         found = _AT_BARRIER.fullmatch("b" + warehouse.removeprefix(BARRIER_WAREHOUSE))
         if warehouse.startswith(BARRIER_WAREHOUSE) and found:
             return found.group(0)
         known = ", ".join([*LEVELS, barrier_warehouse(42)])
         raise InvalidRequestError(
             f"warehouse {warehouse!r} names no view of this catalog: use one of {known} "
-            "(a barrier id is a positive number), or any other warehouse for the plain catalog"
+            "(a barrier id is a positive number; a pinned view's level may take a scope, "
+            f"{CONSISTENT_WAREHOUSE}@shop.*), or any other warehouse for the plain catalog"
         )
 
-    def _open_pinned(self, level: ConsistencyLevel, start: str, caller: Caller) -> str:
-        tables = self.lockstep_tables()
-        if not tables:
+    def _tables_of(self, warehouse: str, scope: str | None) -> list[str]:
+        """The Lockstep tables a pinned view of ``warehouse`` holds: all of them, or those
+        of its ``scope`` (``view_scope``)."""
+        parsed = None if scope is None else parse_scope(warehouse, scope)
+        with storage.reading(self.catalog.engine) as session:
+            served = _served(session)
+            lockstep = _lockstep_of(session, served)
+            namespaces = set() if parsed is None else set(storage.namespaces(session))
+        if parsed is not None:
+            return scoped_tables(warehouse, parsed, lockstep, served, namespaces)
+        if not lockstep:
             raise InvalidRequestError(
                 "this catalog serves no Lockstep table yet (none is written by a registered "
                 f"job): connect without a warehouse of {WAREHOUSE_PREFIX}..."
             )
+        return sorted(set(lockstep.values()))
+
+    def _open_pinned(
+        self, level: ConsistencyLevel, start: str, tables: list[str], caller: Caller
+    ) -> str:
         mine = f"{caller.id}/"
         held = sum(1 for x in self.store.active_leases() if x.holder.startswith(mine))
         if held >= self.max_leases_per_caller:
@@ -169,7 +212,7 @@ class PinnedViews:
             )
         key = secrets.token_hex(16)
         lease = self.store.acquire_lease(
-            sorted(tables), level, ttl_s=self.ttl_s, holder=_holder(caller, key)
+            tables, level, ttl_s=self.ttl_s, holder=_holder(caller, key)
         )
         with self._lock:
             self._held[lease.lease_id] = _Held(lease, time.monotonic())
@@ -178,15 +221,21 @@ class PinnedViews:
     def lockstep_tables(self) -> set[str]:
         """The Lockstep names of the catalog's tables that a registered job writes."""
         with storage.reading(self.catalog.engine) as session:
-            served = {
-                candidate
-                for ns, name in session.execute(
-                    select(IcebergTableRow.namespace, IcebergTableRow.name)
-                )
-                for candidate in lockstep_names(loaded_namespace(ns), name)
-            }
-            written = set(session.scalars(select(JobSinkRow.table_name)))
-        return served & written
+            return set(_lockstep_of(session, _served(session)).values())
+
+    def outside(self, view: View, tables: Iterable[TableName]) -> set[TableName]:
+        """Those of ``tables`` that ``view`` does not serve: under a pinned view, the
+        Lockstep tables it holds no snapshot of (:class:`TableOutsideViewError`); none under
+        a barrier view (a table without the barrier says so when loaded)."""
+        if view.snapshots is None:
+            return set()
+        held = view.snapshots
+        candidates = [t for t in tables if not any(n in held for n in _names(t))]
+        if not candidates:
+            return set()
+        with storage.reading(self.catalog.engine) as session:
+            lockstep = _lockstep_of(session, candidates)
+        return set(lockstep)
 
     # -- using -----------------------------------------------------------------------------
 
@@ -241,6 +290,8 @@ class PinnedViews:
     def load(self, table: TableName, loaded: LoadedTable, view: View) -> LoadedTable:
         """``loaded`` as ``view`` shows it."""
         if view.snapshots is not None:
+            if self.outside(view, [table]):
+                raise TableOutsideViewError(table, view.barrier_id)
             return self.pinned(table, loaded, view.snapshots)
         assert view.barrier_id is not None
         with storage.reading(self.catalog.engine) as session:
@@ -273,3 +324,24 @@ class PinnedViews:
         metadata = as_of(loaded.metadata, snapshots[name])
         written, location = self.files.file_of(loaded.metadata_location, metadata)
         return LoadedTable(written, location)
+
+
+def _names(table: TableName) -> tuple[str, ...]:
+    return lockstep_names(table.namespace, table.name)
+
+
+def _served(session: Session) -> set[TableName]:
+    """Every table of the catalog."""
+    rows = session.execute(select(IcebergTableRow.namespace, IcebergTableRow.name))
+    return {TableName(loaded_namespace(ns), name) for ns, name in rows}
+
+
+def _lockstep_of(session: Session, tables: Iterable[TableName]) -> dict[TableName, str]:
+    """Those of ``tables`` that a registered job writes, with their Lockstep names."""
+    candidates = {name: table for table in tables for name in _names(table)}
+    query = select(JobSinkRow.table_name)
+    if len(candidates) <= _IN_LIST_MAX:  # else every sink, a list of a few thousand at most
+        query = query.where(JobSinkRow.table_name.in_(candidates))
+    written = set(session.scalars(query)) & candidates.keys()
+    # t and default.t name one table: the first name wins, as ownership.owned picks it
+    return {candidates[name]: name for name in sorted(written, reverse=True)}

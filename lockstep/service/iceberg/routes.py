@@ -55,7 +55,7 @@ from lockstep.service.iceberg.names import (
 )
 from lockstep.service.iceberg.ownership import Principal
 from lockstep.service.iceberg.paging import page
-from lockstep.service.iceberg.pinned import PinnedViews, ReadOnlyViewError
+from lockstep.service.iceberg.pinned import PinnedViews, ReadOnlyViewError, View
 from lockstep.service.iceberg.run_routes import RUN_POSTS, run_principal, secret_of
 from lockstep.service.iceberg.run_view import (
     Run,
@@ -135,6 +135,11 @@ def _principal(caller: Caller, request: Request) -> Principal:
 def _run(request: Request) -> Run | None:
     """The run view the request is under (None: none)."""
     return getattr(request.state, "run", None)
+
+
+def _view(request: Request) -> View | None:
+    """The pinned or barrier view the request is under (None: none, or a run view)."""
+    return getattr(request.state, "view", None)
 
 
 def _check_run_creates(runs: RunViews, request: Request, table: TableName) -> None:
@@ -283,21 +288,6 @@ def _add_namespaces(router: APIRouter, catalog: ServedCatalog, served_views: Ser
 def _add_tables(
     router: APIRouter, catalog: ServedCatalog, views: PinnedViews, runs: RunViews, vending: Vending
 ) -> None:
-    @router.get("/namespaces/{namespace}/tables")
-    def list_tables(
-        namespace: str,
-        _: Reader,
-        page_token: Annotated[str | None, Query(alias="pageToken")] = None,
-        page_size: Annotated[int | None, Query(alias="pageSize")] = None,
-    ) -> Response:
-        levels = existing_namespace(namespace)
-        names = [t.name for t in catalog.list_tables(levels)]
-        shown, token = page(names, page_token, page_size)  # paging.py
-        entries = [ListTableResponseEntry(namespace=levels, name=n) for n in shown]
-        return _json(
-            ListTablesResponse.model_validate({"identifiers": entries, "next-page-token": token})
-        )
-
     @router.post("/namespaces/{namespace}/tables")
     def create_table(
         namespace: str, body: JsonBody, request: Request, caller: TableWriter
@@ -330,6 +320,36 @@ def _add_tables(
         )
         return _loaded(loaded, vending.for_load(request, principal, table, loaded))
 
+    _add_table_reads(router, catalog, views, runs, vending)
+    _add_table_changes(router, catalog)
+
+
+def _add_table_reads(
+    router: APIRouter, catalog: ServedCatalog, views: PinnedViews, runs: RunViews, vending: Vending
+) -> None:
+    """Listing, loading and probing tables: as they are, or as a view or a run shows them."""
+
+    @router.get("/namespaces/{namespace}/tables")
+    def list_tables(
+        namespace: str,
+        request: Request,
+        _: Reader,
+        page_token: Annotated[str | None, Query(alias="pageToken")] = None,
+        page_size: Annotated[int | None, Query(alias="pageSize")] = None,
+    ) -> Response:
+        levels = existing_namespace(namespace)
+        tables = catalog.list_tables(levels)
+        view = _view(request)
+        if view is not None:  # a pinned view lists only what it serves
+            hidden = views.outside(view, tables)
+            tables = [t for t in tables if t not in hidden]
+        names = [t.name for t in tables]
+        shown, token = page(names, page_token, page_size)  # paging.py
+        entries = [ListTableResponseEntry(namespace=levels, name=n) for n in shown]
+        return _json(
+            ListTablesResponse.model_validate({"identifiers": entries, "next-page-token": token})
+        )
+
     @router.get("/namespaces/{namespace}/tables/{table}")
     def load_table(
         namespace: str, table: str, request: Request, caller: Reader, snapshots: str | None = None
@@ -351,12 +371,12 @@ def _add_tables(
         return _loaded(loaded, vending.for_load(request, _principal(caller, request), name, loaded))
 
     @router.head("/namespaces/{namespace}/tables/{table}")
-    def table_exists(namespace: str, table: str, _: Reader) -> Response:
-        if not catalog.table_exists(existing_table(namespace, table)):
+    def table_exists(namespace: str, table: str, request: Request, _: Reader) -> Response:
+        name = existing_table(namespace, table)
+        view = _view(request)
+        if not catalog.table_exists(name) or (view is not None and views.outside(view, [name])):
             return Response(status_code=404, media_type="application/json")
         return _no_content()
-
-    _add_table_changes(router, catalog)
 
 
 def _add_table_changes(router: APIRouter, catalog: ServedCatalog) -> None:
