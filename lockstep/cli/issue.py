@@ -34,8 +34,7 @@ MAX_IN_FLIGHT_HELP = (
 
 
 def cmd_barrier_issue(ls: Lockstep, args: argparse.Namespace) -> Output:
-    """Issue the next global barrier (with --every or --on-demand, keep issuing: a
-    coordinator loop)."""
+    """Issue the next global barrier (--every or --on-demand: keep issuing, a coordinator loop)."""
     from lockstep.barrier.issuer import BarrierIssuer
 
     policy = loop_policy(args)
