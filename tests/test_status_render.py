@@ -157,3 +157,22 @@ def test_a_delay_charts_y_labels_fit_left_of_its_plot() -> None:
     assert [label for _, label in labels] == ["0", "50.0 s", "1 min 40 s"]
     for x, label in labels:  # right-aligned at x: 11 px type is under 0.65 em a character
         assert float(x) >= len(label) * 0.65 * 11, label
+
+
+def test_a_barrier_a_catch_up_run_skipped_is_shown_skipped_as_the_meta_tables_say(
+    store: CountingStore, clock: FakeClock
+) -> None:
+    from pipelines import run_barrier
+
+    store.register_job(JobSpec("load", sinks=("raw",)))
+    store.register_job(JobSpec("agg", sources=("raw",), sinks=("agg",), catch_up=True))
+    load, agg = store.attach("load").token, store.attach("agg").token
+    for _ in range(3):
+        store.issue_barrier()
+        run_barrier(store, "load", load)
+    assert run_barrier(store, "agg", agg) == 3  # 1 and 2 skipped for agg
+    shown = {b["barrier_id"]: b["state"] for b in collect_status(store).barriers}
+    meta = store.query_meta("SELECT barrier_id, state FROM __META_BARRIER").to_pylist()
+    assert shown == {r["barrier_id"]: r["state"] for r in meta}
+    assert shown == {1: "SKIPPED", 2: "SKIPPED", 3: "COMMIT"}
+    assert "skipped by a catch-up run" in render_status_page(collect_status(store))

@@ -218,9 +218,17 @@ def _timeline(
         ]
         written = sum(t["written_at"] is not None for t in tables)
         processed = sum(t["processed_at"] is not None for t in tables)
+        # no version at b and a WRITTEN one after: a catch-up run skipped b (never gets one)
+        skipped = sum(
+            (s.table, b) not in at and (s.latest_written or 0) > b
+            for s in statuses
+            if start_after.get(s.table, b) < b
+        )
         state = "ISSUED"
         if tables and written == len(tables):
             state = "COMMIT"
+        elif skipped:
+            state = "SKIPPED"
         elif tables and processed == len(tables):
             state = "PRECOMMIT"
         out.append(

@@ -278,7 +278,12 @@ def _barrier(
     barrier: Mapping[str, Any], scale: float, now: datetime | None, rank: Mapping[str, int]
 ) -> str:
     state = barrier["state"]
-    words = {"COMMIT": "written in all", "PRECOMMIT": "processed in all", "ISSUED": "in flight"}
+    words = {
+        "COMMIT": "written in all",
+        "PRECOMMIT": "processed in all",
+        "ISSUED": "in flight",
+        "SKIPPED": "skipped by a catch-up run",
+    }
     done = [w for t in barrier["tables"] if (w := _offsets(barrier, t)[1]) is not None]
     took = f" · done after {duration(max(done))}" if state == "COMMIT" and done else ""
     tables = sorted(barrier["tables"], key=lambda t: rank.get(t["table_name"], len(rank)))

@@ -74,6 +74,7 @@ td.state small { color: var(--muted); display: block; }
 .pill.commit { background: var(--run-bg); color: var(--run); }
 .pill.precommit { background: var(--wait-bg); color: var(--wait); }
 .pill.issued { background: #fef7e0; color: #b06000; }
+.pill.skipped { background: var(--off-bg); color: var(--off); }
 .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(300px, 1fr));
   gap: 12px; }
 figure.chart { margin: 0; border: 1px solid #f1f3f4; border-radius: 6px; padding: 8px; }
