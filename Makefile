@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find lockstep topology barrier readers meta_tables examples -type d -not -name __pycache__)
 
 .PHONY: demo test test-fast test-spark4 servers lint typecheck format clean bench bench-coordinator bench-scaling \
-	bench-pipeline bench-platform bench-exec bench-exec-connect crash-check crash-check-exec \
+	bench-pipeline bench-platform bench-exec bench-exec-connect bench-pace crash-check crash-check-exec \
 	crash-check-s3 demo-s3 bench-storage engines-check
 
 # The venv, with the project installed editable (strict mode: a link tree that type checkers
@@ -137,6 +137,11 @@ bench-exec-connect: $(SPARK4_VENV)/.installed
 # pipeline as programs through exec --loop (8 barriers, Spark: ~15 min here)
 bench-exec: $(VENV)/.installed
 	$(BIN)/python bench/exec_pipeline.py --barriers 8
+
+# barriers at the pipeline's pace (#47): a job slower than the interval under the plain clock,
+# a cap on barriers in flight, and the cap with catch-up (30 barriers each: ~9 min here)
+bench-pace: $(VENV)/.installed
+	$(BIN)/python bench/pipeline_pace.py
 
 CRASH_MINUTES ?= 10
 crash-check: $(VENV)/.installed

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockstep.barrier.coordinator import BarrierIssuer, Interval
+from lockstep.barrier.coordinator import BarrierIssuer, Interval, IssuePolicy
 from lockstep.barrier.iceberg.catalog import IcebergCatalog
 from lockstep.barrier.runtime.runner import JobRunner
 from lockstep.barrier.session import JobSession
@@ -65,9 +65,18 @@ class LockstepPipeline:
         self._stop = threading.Event()
         self._errors: list[tuple[str, BaseException]] = []
 
-    def run(self, barriers: int, interval_s: float) -> None:
-        """Issue ``barriers`` barriers every ``interval_s``; return once all are written in
-        every table. The jobs are attached before the first barrier (all start at 1)."""
+    def run(
+        self,
+        barriers: int,
+        interval_s: float,
+        *,
+        policy: IssuePolicy | None = None,
+        drain_timeout_s: float = DRAIN_TIMEOUT_S,
+    ) -> None:
+        """Issue ``barriers`` barriers every ``interval_s`` (or as ``policy`` says); return
+        once all are written in every table, failing if that takes over ``drain_timeout_s``
+        after the last would be issued on the clock. The jobs are attached before the first
+        barrier (all start at 1)."""
         runners = [
             JobRunner(self.ls.store, job, self.spark.newSession(), self.ls.iceberg)
             for job in self.jobs
@@ -83,7 +92,7 @@ class LockstepPipeline:
         for thread in threads:
             thread.start()
         try:
-            self._coordinate(barriers, interval_s)
+            self._coordinate(barriers, interval_s, policy or Interval(interval_s), drain_timeout_s)
         finally:
             self._stop.set()
             for thread in threads:
@@ -102,16 +111,18 @@ class LockstepPipeline:
             job_id, error = self._errors[0]
             raise LockstepError(f"job {job_id!r} failed: {error}") from error
 
-    def _coordinate(self, barriers: int, interval_s: float) -> None:
-        """Issue a barrier every ``interval_s`` (the coordinator's :class:`Interval` policy,
-        in a thread of its own); return once the last is written in every table.
+    def _coordinate(
+        self, barriers: int, interval_s: float, policy: IssuePolicy, drain_timeout_s: float
+    ) -> None:
+        """Issue barriers as ``policy`` says (the coordinator's issuer, in a thread of its
+        own); return once the last is written in every table.
 
         The tables' progress is looked at after each WRITTEN report of the jobs (all in this
         process), not on a timer: a status query costs ~10 ms of this process's CPU, taken
         from the jobs it measures (their threads share the interpreter)."""
         issuer = BarrierIssuer(
             self.ls.store,
-            Interval(interval_s),
+            policy,
             on_issue=lambda b: self.progress(f"lockstep: barrier {b.barrier_id} issued"),
         )
         ticker = threading.Thread(
@@ -119,7 +130,7 @@ class LockstepPipeline:
         )
         ticker.start()
         tables = {s for job in self.jobs for s in job.sinks}
-        deadline = time.monotonic() + barriers * interval_s + DRAIN_TIMEOUT_S
+        deadline = time.monotonic() + barriers * interval_s + drain_timeout_s
         committed = 0
         seen = -1  # reports seen when the progress was last looked at (-1: look now)
         try:
