@@ -6,7 +6,7 @@ PKG_DIRS := $(shell find lockstep topology barrier readers meta_tables examples 
 
 .PHONY: demo test test-fast test-spark4 servers lint typecheck format clean bench bench-coordinator bench-scaling \
 	bench-pipeline bench-platform bench-exec bench-exec-connect bench-pace crash-check crash-check-exec \
-	crash-check-s3 demo-s3 bench-storage engines-check
+	crash-check-s3 crash-check-catch-up demo-s3 bench-storage engines-check
 
 # The venv, with the project installed editable (strict mode: a link tree that type checkers
 # and tools can follow). Re-installed when pyproject.toml changes or a package file is added.
@@ -160,6 +160,14 @@ crash-check-exec: $(VENV)/.installed
 # the same on an object store: a SeaweedFS per run, restarted mid-barrier (tools/_crash_s3.py)
 crash-check-s3: $(VENV)/.installed
 	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --coordinator both --warehouse s3
+
+# with catch-up jobs (#47, tools/_crash_catch_up.py): the deep pipeline's jobs registered with
+# catch_up (all but top_items), the roots reading windows, barriers faster than the jobs; each
+# table checked at the barriers it has, the skipped ones listed in __META_TABLE_SKIPPED and
+# never read at RC/RR; then the exec programs the same way
+crash-check-catch-up: $(VENV)/.installed
+	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --coordinator both --catch-up
+	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --jobs exec --catch-up
 
 clean:
 	rm -rf $(VENV) $(SPARK4_VENV) $(DBT_VENV) build .typecheck .pytest_cache .mypy_cache .ruff_cache *.egg-info

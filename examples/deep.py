@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -227,20 +228,33 @@ TABLES = list(SCHEMAS)
 # -- ground truth ----------------------------------------------------------------------------------
 
 
-def expected_tables(barrier_id: int) -> dict[str, list[Row]]:
+def expected_tables(
+    barrier_id: int, *, joined_at: Callable[[int], int] | None = None
+) -> dict[str, list[Row]]:
     """Every table's rows through ``barrier_id``, computed in plain Python (sorted).
+
+    ``joined_at(b)``: the barrier whose ``users`` the orders of barrier ``b`` were joined
+    with, ``b`` itself unless ``enrich`` runs with catch-up: a run that takes barriers
+    ``b..p`` at once joins all their orders with ``users`` as of ``p``, its barrier.
 
     >>> truth = expected_tables(2)
     >>> len(truth["orders"]), len(truth["users"]), [r["day"] for r in truth["daily_revenue"]]
     (10, 5, [1, 1, 1])
+    >>> one_run = expected_tables(3, joined_at=lambda b: 3)  # barriers 1..3 in one run
+    >>> truth_3 = expected_tables(3)
+    >>> one_run["orders"] == truth_3["orders"], one_run["enriched"] == truth_3["enriched"]
+    (True, False)
     """
     users: dict[str, str] = {}
     orders: list[Row] = []
     enriched: list[Row] = []
+    waiting: dict[int, list[Row]] = defaultdict(list)  # orders, by the barrier they join at
     for b in range(1, barrier_id + 1):
         users.update({u["user_id"]: u["region"] for u in user_changes(b)})
         for order in order_rows(b):
             orders.append(order)
+            waiting[min(max(joined_at(b), b), barrier_id) if joined_at else b].append(order)
+        for order in waiting.pop(b, []):
             enriched.append(
                 {
                     **{k: order[k] for k in ("order_id", "user_id", "item_id", "qty", "day")},

@@ -12,7 +12,13 @@ shared server, a session per run (``exec --remote``); a program killed mid-state
 leaves the server to finish it, and that late commit must be refused. The long version:
 ``.venv-spark4/bin/python tools/crash_check.py --jobs exec --spark-connect``. And the
 same job as a SQL file that exec runs itself (``--sql``), SIGTERMed as well as killed
-(``... --spark-connect --sql``)."""
+(``... --spark-connect --sql``).
+
+With catch-up (#47): both jobs registered with ``catch_up``, the root reading the window
+from its last WRITTEN barrier, barriers issued faster: besides the above, barriers skipped
+after the first versions, none of them tagged or read at read_committed or
+repeatable_read, all of them in ``__META_TABLE_SKIPPED``, no started barrier left
+unwritten. The long version: ``tools/crash_check.py --jobs exec --catch-up``."""
 
 from __future__ import annotations
 
@@ -27,6 +33,19 @@ pytestmark = pytest.mark.slow
 def test_exec_programs_killed_at_random_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     pytest.importorskip("pyiceberg")
     _holds(run_exec_mode(tmp_path, seed=41, chaos_s=15.0, extra_s=90.0))
+
+
+def test_catch_up_exec_programs_killed_at_random_lose_and_duplicate_nothing(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("pyiceberg")
+    result = run_exec_mode(tmp_path, seed=47, chaos_s=15.0, extra_s=90.0, catch_up=True)
+    _holds(result)
+    assert result.catch_up is not None
+    assert result.catch_up.problems == []
+    assert result.catch_up.later["shopping"] > 0, result.catch_up.line()  # a root's window
+    assert result.catch_up.later["user_item_amount"] > 0, result.catch_up.line()
+    assert result.on_skipped == 0
 
 
 @pytest.mark.spark

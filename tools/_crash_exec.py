@@ -18,6 +18,13 @@ With ``sql`` (and ``remote``), ``sums`` is ``_crash_exec_sums.sql`` run by exec 
 (``--sql``: no program to kill), and the first kind is SIGTERM of exec instead: it
 interrupts the running statement and publishes nothing.
 
+With ``catch_up`` both jobs are registered with ``catch_up``, the root is
+``_crash_exec_window.py`` (it reads the window from its last WRITTEN barrier, which a
+catch-up run spans), and barriers come faster (the root up to ``CATCH_UP_LAG`` behind): the
+tables are checked at the barriers they have, a skipped one must carry no tag, be listed in
+``__META_TABLE_SKIPPED``, and never be read at read_committed or repeatable_read
+(``_crash_catch_up``); a run that skipped none after the first versions fails.
+
 Meanwhile barriers are issued and the demo's dashboard reads at every level. Then the
 jobs finish the last barrier and every table is checked at every ``lockstep_b<N>``:
 ``shopping`` against the generated rows (lost, duplicated), the aggregates against
@@ -34,11 +41,16 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from _crash_catch_up import CatchUpReport
 from _crash_procs import Managed
+
+if TYPE_CHECKING:
+    from lockstep.topology.model import JobSpec
 
 TOOLS = Path(__file__).resolve().parent
 EXAMPLES = TOOLS.parent / "examples" / "exec_shopping"
@@ -46,6 +58,7 @@ ADMIN = "crash-exec-admin-token-01"
 KINDS = ("program_kill", "exec_kill", "exec_fault")
 SQL_KINDS = ("exec_term", "exec_kill", "exec_fault")  # exec --sql: no program process
 FAULT_POINTS = ("after_processed", "after_publish")
+LAG, CATCH_UP_LAG = 2, 5  # a new barrier while the root is fewer than this many behind
 
 
 @dataclass
@@ -62,12 +75,15 @@ class ExecResult:
     problems: list[str] = field(default_factory=list)
     workdir: str = ""
     kinds: tuple[str, ...] = KINDS
+    catch_up: CatchUpReport | None = None  # with catch-up jobs: what they skipped, and how
+    on_skipped: int = 0  # read_committed / repeatable_read reads at a skipped barrier
 
     @property
     def ok(self) -> bool:
         bad_reads = sum(self.reads.get(lv, {}).get("inconsistent", 1) for lv in STRICT)
+        caught = self.catch_up is None or (self.catch_up.clean and not self.on_skipped)
         return not (self.problems or self.rows_lost or self.rows_duplicated) and not (
-            self.wrong_versions or bad_reads
+            self.wrong_versions or bad_reads or not caught
         )
 
     def summary(self) -> str:
@@ -81,7 +97,15 @@ class ExecResult:
             f"  reads: {reads}",
             f"  rows lost {self.rows_lost}, rows duplicated {self.rows_duplicated}, wrong "
             f"aggregate versions {self.wrong_versions}",
-            *(f"  PROBLEM: {p}" for p in self.problems[:20]),
+        ]
+        if self.catch_up is not None:
+            lines.append(self.catch_up.line())
+            lines.append(
+                f"  read_committed / repeatable_read reads on a skipped barrier: {self.on_skipped}"
+            )
+        problems = self.problems + (self.catch_up.problems if self.catch_up else [])
+        lines += [
+            *(f"  PROBLEM: {p}" for p in problems[:20]),
             "  verdict: " + ("OK" if self.ok else "FAILED"),
         ]
         return "\n".join(lines)
@@ -98,23 +122,31 @@ def run_exec_mode(
     *,
     remote: str | None = None,
     sql: bool = False,
+    catch_up: bool = False,
 ) -> ExecResult:
     """One run in ``workdir``; its figures and verdict. With ``remote`` (a Spark Connect
     URL) the intermediate job is a PySpark program on that server, a session per run; with
-    ``sql`` too, a SQL file that exec runs there itself."""
-    from _crash_exec_check import check_tables, serve
+    ``sql`` too, a SQL file that exec runs there itself. ``catch_up``: see the module's
+    docstring."""
+    from _crash_catch_up import CatchUpWatch
+    from _crash_exec_check import EXEC_TABLES, check_catch_up, check_tables, record_reads, serve
 
     rng = random.Random(seed)
     result = ExecResult(seed, workdir=str(workdir), kinds=SQL_KINDS if sql else KINDS)
     started = time.monotonic()
     served = serve(workdir, ADMIN)
     ls = served.connect()
-    ls.register_job("load_shopping", sinks=["shopping"])
-    ls.register_job("sums", sources=["shopping"], sinks=["user_item_amount", "user_item_price"])
+    aggregates = ["user_item_amount", "user_item_price"]
+    specs = {
+        "load_shopping": ls.register_job("load_shopping", sinks=["shopping"], catch_up=catch_up),
+        "sums": ls.register_job("sums", sources=["shopping"], sinks=aggregates, catch_up=catch_up),
+    }
     served.catalog().create_namespace("default")
     sums = "_crash_exec_sums.py" if remote is None else "_crash_exec_sums_spark.py"
+    root = TOOLS / "_crash_exec_window.py" if catch_up else EXAMPLES / "load_shopping.py"
+    watch = CatchUpWatch(EXEC_TABLES) if catch_up else None
     words = {
-        "load_shopping": ["--", sys.executable, str(EXAMPLES / "load_shopping.py")],
+        "load_shopping": ["--", sys.executable, str(root)],
         "sums": ["--", sys.executable, str(TOOLS / sums)],
     }
     if sql and not remote:
@@ -126,18 +158,21 @@ def run_exec_mode(
     for proc in procs.values():
         proc.start()
     stop_reads, dashboard = threading.Event(), served.dashboard()
+    if catch_up:
+        record_reads(dashboard)
     reader = threading.Thread(target=_read, args=(dashboard, stop_reads), daemon=True)
     reader.start()
     orphans: list[int] = []
     deadline = started + chaos_s
     next_kill = time.monotonic() + rng.uniform(2.0, 4.0)
     while time.monotonic() < deadline or (
-        any(result.made[k] == 0 for k in KINDS) and time.monotonic() < deadline + extra_s
+        (any(result.made[k] == 0 for k in KINDS) or (watch and watch.skip_missing(ls)))
+        and time.monotonic() < deadline + extra_s
     ):
-        _issue(ls)
+        _issue(ls, CATCH_UP_LAG if catch_up else LAG)
         _restart_ended(procs, result)
         if time.monotonic() >= next_kill:
-            _disturb(rng, ls, procs, orphans, result)
+            _disturb(rng, ls, procs, orphans, result, specs if catch_up else None)
             next_kill = time.monotonic() + rng.uniform(1.0, 4.0)
         time.sleep(0.2)
     final = ls.issue_barrier().barrier_id
@@ -149,7 +184,8 @@ def run_exec_mode(
     result.barriers = final
     result.reads = {level: s.as_dict() for level, s in dashboard.stats.items()}
     result.exec_starts = sum(p.starts for p in procs.values())
-    check_tables(served.catalog(), final, result)
+    published = check_catch_up(ls, final, dashboard, result) if catch_up else None
+    check_tables(served.catalog(), final, result, published)
     result.elapsed_s = time.monotonic() - started
     served.close()
     return result
@@ -174,11 +210,11 @@ def _exec_process(served: Any, job: str, words: list[str], workdir: Path) -> Man
     return Managed(job, argv, workdir, workdir / f"{job}.log", env={"PYTHONUNBUFFERED": "1"})
 
 
-def _issue(ls: Any) -> None:
-    """A new barrier once the root has written all but the newest two."""
+def _issue(ls: Any, lag: int) -> None:
+    """A new barrier once the root is fewer than ``lag`` barriers behind."""
     newest = ls.store.list_barriers(limit=1)  # newest first
     written = _written(ls, "load_shopping")
-    if not newest or newest[0].barrier_id - written < 2:
+    if not newest or newest[0].barrier_id - written < lag:
         ls.issue_barrier()
 
 
@@ -194,8 +230,15 @@ def _restart_ended(procs: dict[str, Managed], result: ExecResult) -> None:
 
 
 def _disturb(
-    rng: random.Random, ls: Any, procs: dict[str, Managed], orphans: list[int], result: ExecResult
+    rng: random.Random,
+    ls: Any,
+    procs: dict[str, Managed],
+    orphans: list[int],
+    result: ExecResult,
+    catch_up: Mapping[str, JobSpec] | None = None,
 ) -> None:
+    """One disturbance of a random kind (the least made first, half the time); with
+    ``catch_up`` (the jobs' specs), a fault lands where a catch-up job resumes."""
     kinds = result.kinds
     kind = min(kinds, key=lambda k: (result.made[k], rng.random()))  # the least made first
     if rng.random() < 0.5:
@@ -218,6 +261,10 @@ def _disturb(
         proc.kill()
         orphans.extend(children)
         barrier = _written(ls, proc.name) + 1
+        if catch_up:  # the barrier it started, or about its newest (_crash_catch_up)
+            from _crash_catch_up import fault_barrier
+
+            barrier = fault_barrier(ls, catch_up[proc.name], rng) or barrier
         proc.start(fault=f"{rng.choice(FAULT_POINTS)}:{barrier}:{proc.name}")
     result.made[kind] += 1
 
@@ -271,6 +318,7 @@ def exec_runs(
     workdir: Path | None,
     remote: str | None = None,
     sql: bool = False,
+    catch_up: bool = False,
 ) -> list[ExecResult]:
     """Exec-mode runs until ``minutes`` have passed (at least one); each printed."""
     import shutil
@@ -283,7 +331,7 @@ def exec_runs(
         base = workdir if workdir is not None else Path(tempfile.gettempdir())
         path = base / f"crash-exec-{run_seed}-{os.getpid()}"
         path.mkdir(parents=True, exist_ok=True)
-        result = run_exec_mode(path, run_seed, chaos_s, remote=remote, sql=sql)
+        result = run_exec_mode(path, run_seed, chaos_s, remote=remote, sql=sql, catch_up=catch_up)
         results.append(result)
         print(result.summary(), flush=True)
         if not result.ok:

@@ -1,5 +1,6 @@
 """The exec-mode crash run's service (in the harness's process) and its check of every
-table at every barrier against the ground truth."""
+table at every barrier against the ground truth (with catch-up jobs: at every barrier it
+has a version of, :func:`check_catch_up` checking the others)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,19 @@ import socket
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _crash_catch_up import left_started, listed_problems, tally
+
+from lockstep.demo import LevelStats
 from lockstep.examples.shopping import expected_sums, shopping_rows
 
 SHOPPING = ("user_id", "item_id", "amount", "price")
+EXEC_TABLES = ("shopping", "user_item_amount", "user_item_price")
+STRICT = ("read_committed", "repeatable_read")
 
 
 @dataclass
@@ -77,9 +84,13 @@ def serve(workdir: Path, token: str) -> Served:
     return Served(url, f"{url}/iceberg", token, store, server, thread)
 
 
-def check_tables(catalog: Any, final: int, result: Any) -> None:
+def check_tables(
+    catalog: Any, final: int, result: Any, published: Mapping[str, list[int]] | None = None
+) -> None:
     """Every table at every ``lockstep_b<N>`` up to ``final`` against the ground truth;
-    the counts go into ``result`` (rows lost and duplicated, wrong aggregate versions)."""
+    the counts go into ``result`` (rows lost and duplicated, wrong aggregate versions).
+    ``published``: each table's barriers with a version (catch-up jobs): only those carry
+    a tag, and the others must not."""
     shopping = catalog.load_table("default.shopping")
     aggregates = {
         column: catalog.load_table(f"default.user_item_{column}") for column in ("amount", "price")
@@ -87,19 +98,20 @@ def check_tables(catalog: Any, final: int, result: Any) -> None:
     truth: Counter[tuple[Any, ...]] = Counter()
     for barrier in range(1, final + 1):
         truth.update(tuple(row[c] for c in SHOPPING) for row in shopping_rows(barrier))
-        rows = _at(shopping, barrier, result)
-        if rows is None:
-            continue
-        got = Counter(tuple(row[c] for c in SHOPPING) for row in rows)
-        result.rows_lost += sum((truth - got).values())
-        result.rows_duplicated += sum((got - truth).values())
-        sums = expected_sums(barrier)
+        if not _skipped(shopping, barrier, published, result):
+            rows = _at(shopping, barrier, result)
+            if rows is not None:
+                got = Counter(tuple(row[c] for c in SHOPPING) for row in rows)
+                result.rows_lost += sum((truth - got).values())
+                result.rows_duplicated += sum((got - truth).values())
         for index, (column, table) in enumerate(aggregates.items()):
+            if _skipped(table, barrier, published, result):
+                continue
             found = _at(table, barrier, result)
             if found is None:
                 continue
             shown = {(r["user_id"], r["item_id"]): r[column] for r in found}
-            if shown != {k: v[index] for k, v in sums.items()}:
+            if shown != {k: v[index] for k, v in expected_sums(barrier).items()}:
                 result.wrong_versions += 1
                 result.problems.append(f"user_item_{column} at barrier {barrier} is wrong")
     for table in (shopping, *aggregates.values()):
@@ -107,6 +119,61 @@ def check_tables(catalog: Any, final: int, result: Any) -> None:
         stamp = None if main is None else main.summary.get("lockstep.barrier")
         if stamp is not None and int(stamp) > final:
             result.problems.append(f"{table.name()} main carries barrier {stamp} > {final}")
+
+
+def _skipped(
+    table: Any, barrier: int, published: Mapping[str, list[int]] | None, result: Any
+) -> bool:
+    """Whether ``table`` has no version at ``barrier`` (catch-up), its tag checked absent."""
+    name = table.name()[-1]
+    if published is None or barrier in published[name]:
+        return False
+    if table.snapshot_by_name(f"lockstep_b{barrier}") is not None:
+        result.problems.append(f"{name} carries a tag at barrier {barrier}, which it skipped")
+    return True
+
+
+@dataclass
+class RecordedStats(LevelStats):
+    """A level's dashboard figures, and each read's barriers (none may be a skipped one)."""
+
+    claimed: list[dict[str, int]] = field(default_factory=list)
+
+    def record(self, barriers: dict[str, int], answer: Any) -> None:
+        self.claimed.append(dict(barriers))
+        super().record(barriers, answer)
+
+
+def record_reads(dashboard: Any) -> None:
+    """Make ``dashboard`` keep each read's barriers (:class:`RecordedStats`)."""
+    dashboard.stats = {level: RecordedStats() for level in dashboard.stats}
+
+
+def check_catch_up(ls: Any, final: int, dashboard: Any, result: Any) -> dict[str, list[int]]:
+    """A catch-up exec run's store at the end: what each table skipped, listed in the meta
+    tables, never read at read_committed or repeatable_read, no start left unwritten (into
+    ``result``); returns each table's WRITTEN barriers."""
+    published = {
+        t: sorted(v.barrier_id for v in ls.store.table_versions(t) if v.state.value == "WRITTEN")
+        for t in EXEC_TABLES
+    }
+    skipped = {t: sorted(set(range(1, b[-1] if b else 0)) - set(b)) for t, b in published.items()}
+    report = tally(published)
+    report.problems += listed_problems(ls, skipped, final)
+    report.problems += left_started(ls, ("load_shopping", "sums"))
+    for t, b in published.items():
+        if final not in b:
+            report.problems.append(f"{t}: no version at the final barrier {final}")
+        extra = set(b) - set(published["shopping"])  # sums takes only what shopping has
+        if extra:
+            report.problems.append(f"{t}: versions at {sorted(extra)}, not available")
+    if published["user_item_amount"] != published["user_item_price"]:  # one job's two sinks
+        report.problems.append("the two aggregates have versions at different barriers")
+    result.catch_up = report
+    for level in STRICT:
+        for barriers in dashboard.stats[level].claimed:
+            result.on_skipped += any(b in skipped[t] for t, b in barriers.items())
+    return published
 
 
 def _at(table: Any, barrier: int, result: Any) -> list[dict[str, Any]] | None:

@@ -2,7 +2,7 @@
 
 ::
 
-    python tools/_crash_issuer.py TARGET RUN_DIR [--lag 2] [--min-interval 1.0]
+    python tools/_crash_issuer.py TARGET RUN_DIR [--lag 3] [--root-lag 1] [--min-interval 1.0]
 
 With the embedded coordinator (``TARGET`` a home) this process *is* the coordinator's
 moving part: it issues into the SQLite store the jobs share, and the harness SIGKILLs and
@@ -15,8 +15,9 @@ with its issuer loses the lease after its ttl, and the other replica's issuer ta
 Each change of leadership is printed (``leading`` / ``following``), which is how the
 harness knows which replica leads.
 
-It issues the next barrier once the root jobs are at most one barrier behind (so they
-always have one to start), no table is more than ``--lag`` barriers behind, and
+It issues the next barrier once the root jobs are at most ``--root-lag`` barriers behind
+(1: they always have one to start; more: catch-up roots find several pending), no table
+is more than ``--lag`` barriers behind, and
 ``--min-interval`` seconds have passed since the newest barrier: the pipeline stays busy
 without queueing up barriers it would take minutes to drain. Everything it decides on is
 read from the store, so a restarted issuer carries on where the killed one stopped. It
@@ -62,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("target", help="Lockstep home, or the service URL(s)")
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--lag", type=int, default=3)
+    parser.add_argument("--root-lag", type=int, default=1)
     parser.add_argument("--min-interval", type=float, default=1.0)
     args = parser.parse_args(argv)
 
@@ -71,7 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ls = lockstep.connect(args.target)
     # the roots get the next barrier while they finish this one; nothing lags more than --lag
-    policy = OnDemand(max_in_flight=args.lag + 1, root_lag=1, min_interval_s=args.min_interval)
+    policy = OnDemand(
+        max_in_flight=args.lag + 1, root_lag=args.root_lag, min_interval_s=args.min_interval
+    )
     issuer = BarrierIssuer(
         cast("IssuingStore", _LeadershipWatch(ls.store)),
         policy,

@@ -3,13 +3,14 @@
 ::
 
     python tools/_crash_jobs.py TARGET RUN_DIR enrich daily_revenue [--warehouse DIR]
-                                [--heartbeat S]
+                                [--heartbeat S] [--catch-up]
 
 ``TARGET`` is the Lockstep home (embedded coordinator on SQLite) or the service's URL(s)
 (``http://a,http://b``, with ``--warehouse``). The jobs share one SparkSession (one JVM),
 each on its own ``newSession()``, and process barriers until each has written the final
 barrier, which the harness writes into ``RUN_DIR/final`` once it stops issuing. Until
-then they keep polling for more.
+then they keep polling for more. With ``--catch-up`` they are the catch-up forms of the
+jobs (``_crash_catch_up.pipeline_jobs``).
 
 Each written barrier is printed (``<job> wrote <barrier>``). A job that fails ends the
 process at once (exit 1, traceback on stderr): the harness restarts it, and the restarted
@@ -24,10 +25,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,6 +50,21 @@ SECRET_PROPERTIES = ("s3.secret-access-key", "s3.session-token")  # a catalog's 
 # 48 MB, which this pipeline fills in a few minutes; then everything new runs interpreted
 # (the long version keeps a job process alive that long between kills)
 CODE_CACHE = "-XX:ReservedCodeCacheSize=256m"
+
+
+def said_catalogs(logs: Iterable[Path]) -> list[str]:
+    """What the job processes said they work against (their logs' catalog lines), each
+    saying once, without where (a replica's port, a run's home: the catalog's kind and
+    what it does are what matter)."""
+    said: set[str] = set()
+    for log in logs:
+        try:
+            text = log.read_text(errors="replace")
+        except FileNotFoundError:
+            continue
+        lines = [line for line in text.splitlines() if line.startswith(CATALOG_MARK)]
+        said |= {re.sub(r" at \S+;", ";", line, count=1) for line in lines}
+    return sorted(said)
 
 
 def final_barrier(run_dir: Path) -> int | None:
@@ -99,14 +116,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("jobs", nargs="+", help="job ids of lockstep.examples.deep")
     parser.add_argument("--warehouse", help="the Iceberg warehouse (with a service URL)")
     parser.add_argument("--heartbeat", type=float, default=None, help="seconds between beats")
+    parser.add_argument("--catch-up", action="store_true", help="the jobs with catch-up")
     args = parser.parse_args(argv)
+
+    from _crash_catch_up import pipeline_jobs
 
     import lockstep
     from lockstep.barrier.runtime.runner import JobRunner
     from lockstep.barrier.runtime.spark_session import LOCAL_JVM_OPTIONS
-    from lockstep.examples import deep
 
-    by_id = {job.job_id: job for job in deep.JOBS}
+    by_id = {job.job_id: job for job in pipeline_jobs(args.catch_up)}
     ls = lockstep.connect(args.target, warehouse=args.warehouse)
     print(catalog_line(ls), flush=True)
     jvm = " ".join(["-Dderby.system.home=/tmp", *LOCAL_JVM_OPTIONS, CODE_CACHE])

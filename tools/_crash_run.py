@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import shutil
 import socket
 import sys
@@ -30,11 +29,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from _crash_catch_up import CatchUpWatch, check_catch_up, fault_target, pipeline_jobs
 from _crash_chaos import disturb, missing_kinds
 from _crash_expected import explained
 from _crash_faults import JobPause, LeaderPause, MidBarrierRestart, S3Restart
 from _crash_issuer import STOP_FILE as STOP_ISSUER
-from _crash_jobs import CATALOG_MARK, FINAL_FILE, JOB_PROCESSES
+from _crash_jobs import FINAL_FILE, JOB_PROCESSES, said_catalogs
 from _crash_pg import PgCluster, service_cluster, service_store
 from _crash_plan import RunPlan, RunResult
 from _crash_procs import Managed, why_it_ended
@@ -49,13 +49,12 @@ from _crash_s3 import (
     served_catalog,
 )
 from _crash_tokens import RunTokens
-from _crash_truth import Read, check_reads, check_tables, is_consistent
+from _crash_truth import PER_BARRIER, Read, check_reads, check_tables, is_consistent
 
 import lockstep
 from lockstep.barrier.runtime.runner import FAULT_POINTS
 from lockstep.config import CONFIG_FILE, settings_text
 from lockstep.errors import LockstepError
-from lockstep.examples import deep
 
 __all__ = ["CrashRun", "RunPlan", "RunResult", "fresh_workdir"]
 
@@ -104,6 +103,7 @@ class CrashRun:
         self.faults: list[JobPause | LeaderPause | MidBarrierRestart] = []
         self._reads_offset = 0
         self._ru_inconsistent = 0
+        self.watch = CatchUpWatch() if plan.catch_up else None  # with catch-up jobs
 
     @property
     def catalog_served(self) -> bool:
@@ -215,14 +215,14 @@ class CrashRun:
         raise RuntimeError(f"{replica.name} never became healthy")
 
     def _issuer(self, name: str, target: str) -> Managed:
-        pace = ["--lag", str(self.plan.issue_lag)]
+        pace = ["--lag", str(self.plan.issue_lag), "--root-lag", str(self.plan.issue_root_lag)]
         pace += ["--min-interval", str(self.plan.issue_min_interval_s)]
         argv = self._script("_crash_issuer.py", target, str(self.workdir), *pace)
         return self._managed(name, argv, admin=True)
 
     def start(self) -> str:
         """Register the jobs, start every process; returns the target the clients use."""
-        for job in deep.JOBS:  # before the first barrier: every job starts at barrier 1
+        for job in pipeline_jobs(self.plan.catch_up):  # before the first barrier
             self.ls.store.register_job(job.spec())
         target = str(self.home)
         if self.plan.coordinator == "service":
@@ -232,6 +232,7 @@ class CrashRun:
         for issuer in self.issuers:
             issuer.start()
         beat = ["--heartbeat", str(self.plan.heartbeat_s)]
+        beat += ["--catch-up"] if self.plan.catch_up else []
         for name, job_ids in JOB_PROCESSES.items():
             argv = self._script("_crash_jobs.py", target, str(self.workdir), *job_ids, *beat)
             process = self._managed(name, argv, self.tokens.jobs[name] if self.tokens else None)
@@ -299,10 +300,15 @@ class CrashRun:
     def restart_job(self, process: Managed, *, faults: bool) -> None:
         fault = None
         if faults and self.rng.random() < self.plan.fault_probability:
-            job_id = self.rng.choice(JOB_PROCESSES[process.name])
-            written = self.look(lambda: self.ls.store.job_progress(job_id, limit=4)) or []
-            last = next((p.barrier_id for p in written if p.written_at is not None), 0)
-            fault = f"{self.rng.choice(FAULT_POINTS)}:{last + self.rng.randint(1, 2)}:{job_id}"
+            jobs = JOB_PROCESSES[process.name]
+            if self.plan.catch_up:  # a barrier to take again, or about the newest
+                job_id, b = self.look(lambda: fault_target(self.ls, jobs, self.rng)) or (jobs[0], 1)
+            else:
+                job_id = self.rng.choice(jobs)
+                written = self.look(lambda: self.ls.store.job_progress(job_id, limit=4)) or []
+                b = next((p.barrier_id for p in written if p.written_at is not None), 0)
+                b += self.rng.randint(1, 2)
+            fault = f"{self.rng.choice(FAULT_POINTS)}:{b}:{job_id}"
         process.start(fault=fault)
         self.log(f"restarted {process.name}" + (f" with LOCKSTEP_FAULT={fault}" if fault else ""))
 
@@ -357,6 +363,10 @@ class CrashRun:
         complete = chunk[: chunk.rfind(b"\n") + 1]  # a line being written waits for next time
         self._reads_offset += len(complete)
         newest = latest[0] if latest else None
+        watch = self.watch  # catch-up: read_uncommitted judged by the versions so far
+        if watch is not None and b'"read_uncommitted"' in complete:
+            self.look(lambda: watch.refresh(self.ls))
+        truth = PER_BARRIER if watch is None else watch.truth
         reads = []
         for line in complete.decode().splitlines():
             data = json.loads(line)
@@ -366,7 +376,7 @@ class CrashRun:
                 read = Read.from_json(data)
                 reads.append(read)
                 if read.level == "read_uncommitted" and newest is not None:
-                    self._ru_inconsistent += not is_consistent(read, newest.barrier_id)
+                    self._ru_inconsistent += not is_consistent(read, newest.barrier_id, truth)
         return reads
 
     # -- the run -----------------------------------------------------------------------------------
@@ -402,18 +412,23 @@ class CrashRun:
             result.barriers = self.finish()
             reads += self.new_reads()
             self.log(f"checking {result.barriers} barriers and {len(reads)} reads")
-            result.reads = check_reads(reads, result.barriers)
-            result.tables = check_tables(self.ls.store, self.ls.iceberg, result.barriers)
+            truth = PER_BARRIER if self.watch is None else self.watch.final_truth(self.ls)
+            result.reads = check_reads(reads, result.barriers, truth)
+            result.tables = check_tables(self.ls.store, self.ls.iceberg, result.barriers, truth)
+            if plan.catch_up:
+                result.catch_up = check_catch_up(self.ls, truth, result.barriers)
         finally:
             self.stop_all()
             result.job_starts = sum(j.starts for j in self.jobs)
-            result.job_catalogs = self.job_catalogs()
+            result.job_catalogs = said_catalogs(process.log for process in self.jobs)
             result.elapsed_s = round(time.monotonic() - self._t0, 1)
         return result
 
     def missing(self) -> list[str]:
         """The kinds of disturbance still short of the plan's minimums."""
-        return missing_kinds(self) + (["s3_restart"] if s3_restart_missing(self) else [])
+        skip = self.watch is not None and self.watch.skip_missing(self.ls)  # caught up yet?
+        s3 = s3_restart_missing(self)
+        return missing_kinds(self) + (["s3_restart"] if s3 else []) + (["catch_up"] if skip else [])
 
     def disturb(self, *, chaos_over: bool) -> bool:
         """One random disturbance (:mod:`_crash_chaos`), or an S3 restart (:mod:`_crash_s3`)."""
@@ -421,20 +436,6 @@ class CrashRun:
             self.faults.append(S3Restart(self.rng.choice(RESTART_MODES)))
             return True
         return disturb(self, chaos_over=chaos_over)
-
-    def job_catalogs(self) -> list[str]:
-        """What the job processes said they work against, each saying once, without where
-        (a replica's port, a run's home: the catalog's kind and what it does are what
-        matter)."""
-        said: set[str] = set()
-        for process in self.jobs:
-            try:
-                text = process.log.read_text(errors="replace")
-            except FileNotFoundError:
-                continue
-            lines = [line for line in text.splitlines() if line.startswith(CATALOG_MARK)]
-            said |= {re.sub(r" at \S+;", ";", line, count=1) for line in lines}
-        return sorted(said)
 
     def finish(self) -> int:
         """Stop issuing, let every job write the last barrier, stop the readers."""

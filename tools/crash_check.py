@@ -3,8 +3,8 @@
 ::
 
     .venv/bin/python tools/crash_check.py [--minutes N] [--coordinator embedded|service|both]
-                                          [--warehouse local|s3] [--seed S] [--workdir DIR]
-                                          [--keep]
+                                          [--warehouse local|s3] [--catch-up] [--seed S]
+                                          [--workdir DIR] [--keep]
 
 Each run starts the deep pipeline (``lockstep.examples.deep``) on a fresh home: two job
 processes (three jobs each, one Spark JVM each), the coordinator (embedded: a barrier
@@ -24,12 +24,17 @@ served REST catalog with vended credentials (service) or Iceberg's JDBC catalog 
 (embedded), and the S3 server is restarted in the middle of a barrier too
 (``tools/_crash_s3.py``). With ``--jobs exec``
 the jobs are plain programs under ``lockstep exec --loop`` instead, their programs and exec
-itself SIGKILLed (``tools/_crash_exec.py``).
+itself SIGKILLed (``tools/_crash_exec.py``). With ``--catch-up`` the jobs are registered
+with ``catch_up`` and barriers come faster than they run (``tools/_crash_catch_up.py``):
+each table is checked at the barriers it has a version of, no read_committed or
+repeatable_read read may land on a barrier a table skipped, the skipped ones must be those
+``__META_TABLE_SKIPPED`` lists, and a run that skipped none fails.
 
 It prints runs, kills, barriers, reads and inconsistent reads per level, rows lost and
-duplicated, and exits 1 if anything was lost, duplicated or wrong, or if a
-read_committed or repeatable_read read was inconsistent. ``tests/test_crash_harness.py``
-runs one short run per coordinator mode in CI, ``tests/test_crash_object_store.py`` one
+duplicated (with catch-up, the barriers each table skipped), and exits 1 if anything was
+lost, duplicated or wrong, or if a read_committed or repeatable_read read was
+inconsistent. ``tests/test_crash_harness.py`` runs one short run per coordinator mode in
+CI (and one with catch-up), ``tests/test_crash_object_store.py`` one
 per coordinator mode on the object store.
 """
 
@@ -49,6 +54,7 @@ import shutil
 import time
 from collections.abc import Sequence
 
+from _crash_catch_up import CatchUpReport, with_catch_up
 from _crash_plan import WAREHOUSES
 from _crash_run import CrashRun, RunPlan, RunResult, fresh_workdir
 from _crash_truth import LEVELS, LevelReport, TableReport
@@ -114,6 +120,16 @@ def summary(results: Sequence[RunResult]) -> str:
         f"went backwards {reads['repeatable_read'].went_backwards}, reads without a "
         f"coordinator {sum(r.read_errors for r in results)}",
     ]
+    catch_up = [r.catch_up for r in results if r.catch_up is not None]
+    skips = CatchUpReport()
+    for report in catch_up:
+        skips.add(report)
+    if catch_up:
+        lines.append(skips.line())
+        lines.append(
+            "  read_committed / repeatable_read reads on a skipped barrier: "
+            f"{reads['read_committed'].on_skipped} / {reads['repeatable_read'].on_skipped}"
+        )
     expected = [e for r in results for e in r.expected_errors]
     if expected:
         lines.append(
@@ -125,7 +141,7 @@ def summary(results: Sequence[RunResult]) -> str:
     example = reads["read_uncommitted"].example
     if example:
         lines.append(f"  e.g. read_uncommitted read {example}")
-    problems = [p for r in results for p in r.errors] + tables.problems
+    problems = [p for r in results for p in r.errors] + tables.problems + skips.problems
     for level in ("read_committed", "repeatable_read"):
         if reads[level].example:
             problems.append(f"inconsistent {level} read: {reads[level].example}")
@@ -137,10 +153,36 @@ def summary(results: Sequence[RunResult]) -> str:
 
 def _mode(result: RunResult) -> str:
     where = "" if result.warehouse == "local" else " on s3"
-    return f"{result.coordinator} on {result.catalog}{where}"
+    caught = ", catch-up jobs" if result.catch_up is not None else ""
+    return f"{result.coordinator} on {result.catalog}{where}{caught}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    modes = ["embedded", "service"] if args.coordinator == "both" else [args.coordinator]
+    if args.warehouse == "s3" and (args.catalog or args.jobs == "exec"):
+        parser.error("--warehouse s3 names its own catalogs, for the runtime's jobs")
+    seed = args.seed if args.seed is not None else int(time.time()) % 100_000
+    if args.jobs == "exec":
+        return _exec_mode(args, seed)
+    deadline = time.monotonic() + args.minutes * 60
+    results: list[RunResult] = []
+    while not results or time.monotonic() < deadline:
+        plan = _plan(args, modes[len(results) % len(modes)], seed + len(results))
+        result = run_once(plan, args.workdir)
+        results.append(result)
+        print(summary([result]), flush=True)
+        if not result.ok:
+            print(f"  logs and tables kept in {result.workdir}")
+        elif not args.keep and args.workdir is None:
+            shutil.rmtree(result.workdir, ignore_errors=True)
+    if len(results) > 1:
+        print(summary(results))
+    return 0 if all(r.ok for r in results) else 1
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="crash_check.py", description=__doc__.splitlines()[0] if __doc__ else None
     )
@@ -192,30 +234,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="local: the tables on the local disk; s3: on a SeaweedFS each run starts (a "
         "bucket per run), restarted mid-barrier at least once a run (tools/_crash_s3.py)",
     )
+    parser.add_argument(
+        "--catch-up",
+        action="store_true",
+        help="the jobs registered with catch_up (runtime: all but top_items; exec: both), "
+        "barriers issued faster than they run: each table checked at the barriers it has, "
+        "the skipped ones never read at read_committed/repeatable_read and listed in "
+        "__META_TABLE_SKIPPED (tools/_crash_catch_up.py)",
+    )
     parser.add_argument("--workdir", type=Path, help="keep each run's home and logs here")
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
-    args = parser.parse_args(argv)
-
-    modes = ["embedded", "service"] if args.coordinator == "both" else [args.coordinator]
-    if args.warehouse == "s3" and (args.catalog or args.jobs == "exec"):
-        parser.error("--warehouse s3 names its own catalogs, for the runtime's jobs")
-    seed = args.seed if args.seed is not None else int(time.time()) % 100_000
-    if args.jobs == "exec":
-        return _exec_mode(args, seed)
-    deadline = time.monotonic() + args.minutes * 60
-    results: list[RunResult] = []
-    while not results or time.monotonic() < deadline:
-        plan = _plan(args, modes[len(results) % len(modes)], seed + len(results))
-        result = run_once(plan, args.workdir)
-        results.append(result)
-        print(summary([result]), flush=True)
-        if not result.ok:
-            print(f"  logs and tables kept in {result.workdir}")
-        elif not args.keep and args.workdir is None:
-            shutil.rmtree(result.workdir, ignore_errors=True)
-    if len(results) > 1:
-        print(summary(results))
-    return 0 if all(r.ok for r in results) else 1
+    return parser
 
 
 def _plan(args: argparse.Namespace, coordinator: str, seed: int) -> RunPlan:
@@ -223,7 +252,7 @@ def _plan(args: argparse.Namespace, coordinator: str, seed: int) -> RunPlan:
     run is given longer to meet the minimums (every process starts slower, and a JVM can
     take minutes to replace a paused one on a loaded machine): a fault still under way at
     the end fails the run."""
-    return RunPlan(
+    plan = RunPlan(
         coordinator=coordinator,
         seed=seed,
         chaos_s=args.chaos_seconds,
@@ -237,6 +266,7 @@ def _plan(args: argparse.Namespace, coordinator: str, seed: int) -> RunPlan:
             {**catalog_table(args.catalog), "name": f"crash_{seed}"} if args.catalog else None
         ),
     )
+    return with_catch_up(plan) if args.catch_up else plan
 
 
 def _exec_mode(args: argparse.Namespace, seed: int) -> int:
@@ -257,7 +287,9 @@ def _exec_mode(args: argparse.Namespace, seed: int) -> int:
     with ConnectServer() if args.spark_connect else nullcontext() as server:
         remote = server.url if server is not None else None
         chaos = min(args.chaos_seconds, 60.0)
-        runs = exec_runs(args.minutes, seed, chaos, args.workdir, remote, sql=args.sql)
+        runs = exec_runs(
+            args.minutes, seed, chaos, args.workdir, remote, sql=args.sql, catch_up=args.catch_up
+        )
     return 0 if all(r.ok for r in runs) else 1
 
 
