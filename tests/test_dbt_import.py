@@ -4,7 +4,9 @@ written by ``dbt parse``, is read in ``test_exec_dbt.py``)."""
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +86,77 @@ def test_the_command_registers_the_models_and_says_how_to_run_them(tmp_path: Pat
         assert [(s.job_id, s.sources, s.sinks) for s in ls.topology().jobs] == [
             ("totals", ("orders",), ("totals",))
         ]
+
+
+def broken(edit: Callable[[dict[str, Any]], object]) -> str:
+    """A manifest of two table models, ``totals`` (well-formed) and ``orders``, and their
+    source, with ``edit`` applied: as JSON."""
+    two = copy.deepcopy(  # SOURCES is shared
+        manifest(
+            model("totals", "table", "source.shop.raw.orders"),
+            model("orders", "table", "source.shop.raw.orders"),
+        )
+    )
+    edit(two)
+    return json.dumps(two)
+
+
+def orders(m: dict[str, Any]) -> dict[str, Any]:
+    node: dict[str, Any] = m["nodes"]["model.shop.orders"]
+    return node
+
+
+MALFORMED = {  # the file, and what its "not a dbt manifest: ..." says
+    "model without name": (
+        broken(lambda m: orders(m).pop("name")),
+        "node 'model.shop.orders' has no name",
+    ),
+    "nodes as a list": (
+        broken(lambda m: m.update(nodes=list(m["nodes"].values()))),
+        "nodes is a list, not an object",
+    ),
+    "config null": (
+        broken(lambda m: orders(m).update(config=None)),
+        "node 'model.shop.orders': config is null, not an object",
+    ),
+    "source without schema": (
+        broken(lambda m: m["sources"]["source.shop.raw.orders"].pop("schema")),
+        "source 'source.shop.raw.orders' has no schema",
+    ),
+    "depends_on a string": (
+        broken(lambda m: orders(m).update(depends_on="source.shop.raw.orders")),
+        "node 'model.shop.orders': depends_on is a string, not an object",
+    ),
+    "depends_on.nodes a string": (  # was read letter by letter: a root job
+        broken(lambda m: orders(m).update(depends_on={"nodes": "source.shop.raw.orders"})),
+        "node 'model.shop.orders': depends_on.nodes is a string, not a list",
+    ),
+    "depends_on.nodes holding a number": (  # was ignored: a root job
+        broken(lambda m: orders(m).update(depends_on={"nodes": [7]})),
+        "node 'model.shop.orders': depends_on.nodes[0] is a number, not a string",
+    ),
+    "100k levels deep": (
+        "[" * 100_000 + "]" * 100_000,
+        "/manifest.json nests JSON deeper than Python's parser reads",
+    ),
+}
+
+
+@pytest.mark.parametrize(("content", "says"), MALFORMED.values(), ids=MALFORMED)
+def test_a_malformed_manifest_is_refused_naming_what_is_wrong_and_registers_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, says: str
+) -> None:
+    import lockstep
+    from lockstep.cli.main import main
+
+    path = tmp_path / "manifest.json"
+    path.write_text(content)
+    home = str(tmp_path / "home")
+    assert main(["--home", home, "job", "import-dbt", str(path)]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith("error: not a dbt manifest: ")
+    assert says in stderr
+    assert "Lockstep bug" not in stderr
+    assert "Traceback" not in stderr
+    with lockstep.connect(home) as ls:
+        assert ls.topology().jobs == []  # not even the well-formed totals

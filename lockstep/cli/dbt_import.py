@@ -7,6 +7,10 @@ models and dbt sources it depends on. Each then runs under ``lockstep exec MODEL
 Views and ephemeral models are not Iceberg tables a job writes: they are skipped and said
 so, and a model that depends on one is refused (its real sources would be hidden).
 
+A manifest is checked before anything is registered: each part the import reads must be
+shaped as dbt writes it, or the error names the node and the field (``not a dbt manifest:
+node 'model.p.totals' has no name``).
+
 >>> manifest = {"nodes": {
 ...     "model.p.totals": {"resource_type": "model", "name": "totals", "schema": "default",
 ...         "alias": "totals", "config": {"materialized": "table"},
@@ -35,6 +39,18 @@ if TYPE_CHECKING:
     from lockstep.facade import Lockstep
 
 TABLE_MATERIALIZATIONS = ("table", "incremental")
+REGENERATE = "give the target/manifest.json that `dbt parse` writes"
+
+
+class NotADbtManifestError(InvalidRequestError):
+    """A manifest not shaped as dbt writes one, in a part the import reads. ``entry``: the
+    node or source at fault (its unique id; None for the manifest as a whole); ``field``:
+    its field at fault (None: the entry itself)."""
+
+    def __init__(self, problem: str, *, entry: str | None = None, field: str | None = None):
+        super().__init__(f"not a dbt manifest: {problem}; {REGENERATE}")
+        self.entry = entry
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -44,9 +60,11 @@ class DbtJobs:
 
 
 def jobs_from_manifest(manifest: Mapping[str, Any]) -> DbtJobs:
-    """The jobs of a dbt ``manifest.json`` (parsed), in the order dbt lists its models."""
-    nodes: Mapping[str, Any] = manifest.get("nodes") or {}
-    sources: Mapping[str, Any] = manifest.get("sources") or {}
+    """The jobs of a dbt ``manifest.json`` (parsed), in the order dbt lists its models;
+    :class:`NotADbtManifestError` (:func:`check_manifest`) if it is not shaped as dbt's."""
+    check_manifest(manifest)
+    nodes: Mapping[str, Any] = manifest["nodes"]
+    sources: Mapping[str, Any] = manifest.get("sources", {})
     models = {uid: n for uid, n in nodes.items() if n.get("resource_type") == "model"}
     skipped = {
         n["name"]: _materialized(n)
@@ -73,6 +91,100 @@ def jobs_from_manifest(manifest: Mapping[str, Any]) -> DbtJobs:
     return DbtJobs(jobs, skipped)
 
 
+def check_manifest(manifest: Mapping[str, Any]) -> None:
+    """Refuse a manifest whose parts the import reads are not as dbt writes them, naming the
+    node and the field: a crash, or a job registered from a misread field, is no answer to
+    a hand-edited or truncated file. A field dbt's schema lets it leave out is read with
+    dbt's default (no ``config``: a view; no ``depends_on``: no dependencies).
+
+    >>> try:
+    ...     check_manifest({"nodes": {"model.p.t": {"resource_type": "model", "schema": "s"}}})
+    ... except NotADbtManifestError as e:
+    ...     print(e.entry, e.field)
+    model.p.t name
+    """
+    if "nodes" not in manifest:
+        raise NotADbtManifestError("it has no nodes", field="nodes")
+    nodes = _typed(manifest["nodes"], Mapping, "nodes", "an object", field="nodes")
+    for uid, node in nodes.items():
+        _typed(node, Mapping, f"node {uid!r}", "an object", entry=uid)
+        if node.get("resource_type") == "model":
+            _check_model(uid, node)
+    sources = _typed(manifest.get("sources", {}), Mapping, "sources", "an object", field="sources")
+    for uid, source in sources.items():
+        _typed(source, Mapping, f"source {uid!r}", "an object", entry=uid)
+        _check_relation(f"source {uid!r}", uid, source)
+
+
+def _check_model(uid: str, node: Mapping[str, Any]) -> None:
+    where = f"node {uid!r}"
+    _required_text(where, uid, node, "name")
+    _check_relation(where, uid, node)
+    if "config" in node:
+        config = _typed(node["config"], Mapping, f"{where}: config", "an object", uid, "config")
+        if "materialized" in config:
+            what = f"{where}: config.materialized"
+            _typed(config["materialized"], str, what, "a string", uid, "config.materialized")
+    if "depends_on" in node:  # a string or a misnamed list would make the job a root
+        depends_on = _typed(
+            node["depends_on"], Mapping, f"{where}: depends_on", "an object", uid, "depends_on"
+        )
+        if "nodes" not in depends_on:
+            raise NotADbtManifestError(
+                f"{where} has no depends_on.nodes", entry=uid, field="depends_on.nodes"
+            )
+        what = f"{where}: depends_on.nodes"
+        dependencies = _typed(depends_on["nodes"], list, what, "a list", uid, "depends_on.nodes")
+        for i, dependency in enumerate(dependencies):
+            _typed(dependency, str, f"{what}[{i}]", "a string", uid, "depends_on.nodes")
+
+
+def _check_relation(where: str, uid: str, entry: Mapping[str, Any]) -> None:
+    """What :func:`_relation` reads: a schema, and a name to call the table by."""
+    _required_text(where, uid, entry, "schema")
+    for field in ("alias", "identifier", "name"):
+        if field in entry:
+            _typed(entry[field], str, f"{where}: {field}", "a string", uid, field)
+    if not (entry.get("alias") or entry.get("identifier") or entry.get("name")):
+        raise NotADbtManifestError(f"{where} has no identifier or name", entry=uid)
+
+
+def _required_text(where: str, uid: str, entry: Mapping[str, Any], field: str) -> None:
+    if entry.get(field) in (None, ""):
+        raise NotADbtManifestError(f"{where} has no {field}", entry=uid, field=field)
+    _typed(entry[field], str, f"{where}: {field}", "a string", uid, field)
+
+
+def _typed(
+    value: Any,
+    kind: type,
+    what: str,
+    expected: str,
+    entry: str | None = None,
+    field: str | None = None,
+) -> Any:
+    """``value`` if it is a ``kind``; else the error saying what it is instead."""
+    if not isinstance(value, kind):
+        raise NotADbtManifestError(
+            f"{what} is {_json_kind(value)}, not {expected}", entry=entry, field=field
+        )
+    return value
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, Mapping) else type(value).__name__
+
+
 def _materialized(node: Mapping[str, Any]) -> str:
     return str(node.get("config", {}).get("materialized", "view"))
 
@@ -88,18 +200,25 @@ def _relation(node: Mapping[str, Any]) -> str:
 
 
 def load_manifest(path: Path) -> dict[str, Any]:
+    """The parsed ``manifest.json`` at ``path``: a JSON object with ``nodes`` (the rest of
+    its shape is :func:`check_manifest`'s)."""
     try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise InvalidRequestError(f"cannot read the dbt manifest {path}: {e.strerror}") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InvalidRequestError(
             f"{path} is not JSON: give dbt's target/manifest.json (`dbt parse` writes it)"
         ) from e
-    if not isinstance(data, dict) or "nodes" not in data:
-        raise InvalidRequestError(
-            f"{path} is not a dbt manifest (no nodes): give target/manifest.json"
-        )
+    except RecursionError as e:  # json's parser recurses once a level: no crash of ours
+        raise NotADbtManifestError(
+            f"{path} nests JSON deeper than Python's parser reads (dbt's manifest is a few "
+            "levels deep)"
+        ) from e
+    if not isinstance(data, dict):
+        raise NotADbtManifestError(f"{path} holds {_json_kind(data)}, not an object")
+    if "nodes" not in data:
+        raise NotADbtManifestError(f"{path} has no nodes", field="nodes")
     return data
 
 
