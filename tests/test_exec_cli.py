@@ -5,6 +5,7 @@ Spark programs (spark-sql, spark-submit) are ``test_exec_spark.py``."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -239,7 +240,8 @@ def test_exec_loop_runs_a_failed_barrier_again_and_publishes_each_barrier_once(
 ) -> None:
     """#47: a program that fails every third run, after committing its rows, under
     ``--barriers 4``: the loop keeps going, the failed barrier runs again, every barrier is
-    published exactly once, and ``--json`` says each barrier as it happens."""
+    published exactly once, ``--json`` says each barrier as it happens, and each failed run
+    is counted where an operator looks (``__META_JOB_FAILURE``, ``/metrics``)."""
     import json
 
     program = tmp_path / "flaky.py"
@@ -260,7 +262,9 @@ def test_exec_loop_runs_a_failed_barrier_again_and_publishes_each_barrier_once(
     assert [(e["event"], e["barrier"]) for e in events] == [
         ("written", 1), ("written", 2), ("failed", 3), ("written", 3), ("written", 4),
     ]  # fmt: skip
+    assert events[2]["reason"] == "the program exited 3"
     assert "running barrier 3 again in 1 s (failure 1 in a row" in done.stderr
+    assert _failed_runs(iceberg_service) == [(3, "the program exited 3")]
     table = _reader(iceberg_service).load_table("default.flaky")
     for barrier in range(1, 5):
         rows = sorted(r["barrier"] for r in _rows(table, f"lockstep_b{barrier}"))
@@ -273,3 +277,61 @@ def test_exec_loop_runs_a_failed_barrier_again_and_publishes_each_barrier_once(
     assert always.returncode == 3, always.stderr  # the program's status
     assert "2 failed run(s) in a row (--max-failures 2): stopping" in always.stderr
     assert _rows(_reader(iceberg_service).load_table("default.flaky")) == _rows(table)
+    assert _failed_runs(iceberg_service)[1:] == [(5, "the program exited 3")] * 2
+    [job] = iceberg_service.store.query_meta(
+        "SELECT failed_runs FROM __META_JOB WHERE job_id = 'flaky'"
+    ).to_pylist()
+    assert job["failed_runs"] == 3
+    assert _metric(iceberg_service, "lockstep_job_failed_runs_total", job="flaky") == 3
+
+
+def _failed_runs(service: CatalogService) -> list[tuple[int, str]]:
+    """The failed runs the coordinator recorded for job ``flaky``: (barrier, reason)."""
+    rows = service.store.query_meta(
+        "SELECT barrier_id, reason FROM __META_JOB_FAILURE WHERE job_id = 'flaky' "
+        "ORDER BY failed_at"
+    ).to_pylist()
+    return [(r["barrier_id"], r["reason"]) for r in rows]
+
+
+def _metric(service: CatalogService, name: str, **labels: str) -> float | None:
+    """One sample of the service's ``/metrics``."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    headers = {"Authorization": f"Bearer {READ_TOKEN}"}
+    answer = httpx.get(f"{service.url}/metrics", headers=headers)
+    answer.raise_for_status()
+    for family in text_string_to_metric_families(answer.text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_a_stop_signal_ends_an_idle_loop_at_once(
+    iceberg_service: CatalogService, signum: int
+) -> None:
+    """#47: ``exec --loop`` waiting for a barrier that does not come (a long poll through
+    the service) stops within moments of SIGTERM or Ctrl-C, exit status 0: nothing ran."""
+    import time
+
+    _admin(iceberg_service).register_job("load", sinks=["a"])
+    words = [LOCKSTEP, "--store", iceberg_service.url, "--token", LOAD_JOB_TOKEN, "exec", "load"]
+    idle = subprocess.Popen(
+        [*words, "--loop", "--", sys.executable, "-c", "pass"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert idle.stderr is not None
+    assert "attached as instance" in idle.stderr.readline()
+    time.sleep(1.5)  # into its wait for a barrier
+    sent = time.monotonic()
+    idle.send_signal(signum)
+    status = idle.wait(timeout=30)
+    took = time.monotonic() - sent
+    assert status == 0, idle.stderr.read()
+    assert took < 5, took  # a bound for correctness (it takes ~0.2 s), not a benchmark
+    assert "stopping after this barrier" in idle.stderr.read()

@@ -1,5 +1,7 @@
 """What ``lockstep exec`` hands a program (#41): the Spark defaults merged over the user's,
-the pyiceberg variables as pyiceberg reads them, and the plain variables."""
+the pyiceberg variables as pyiceberg reads them, and the plain variables; and (#47) what
+keeps a Spark program quiet and out of its working directory: the catalog's auth type, the
+local metastore in exec's folder, a local-mode driver on loopback."""
 
 from __future__ import annotations
 
@@ -14,10 +16,13 @@ from lockstep.cli.exec_env import (
     VARIABLES,
     RunCatalog,
     RunFacts,
+    local_metastore,
+    loopback_variables,
     plain_variables,
     pyiceberg_variables,
     read_defaults,
     spark_defaults,
+    spark_master,
     write_conf_dir,
 )
 
@@ -85,3 +90,66 @@ def test_the_plain_variables_say_the_barrier_and_its_window() -> None:
     )
     first = plain_variables(RunFacts("sum", 1, facts.barrier_ts, None, None, (), ()), CATALOG)
     assert first["LOCKSTEP_PREVIOUS_BARRIER"] == first["LOCKSTEP_PREVIOUS_TAG"] == ""
+
+
+def test_the_catalog_says_its_auth_type_instead_of_having_spark_guess_it() -> None:
+    """#47: Iceberg's REST client warns on every run when it infers the auth type from a
+    token and when it falls back to the default token endpoint; both are said instead."""
+    merged = spark_defaults(CATALOG, {})
+    assert merged["spark.sql.catalog.lockstep.rest.auth.type"] == "oauth2"
+    assert merged["spark.sql.catalog.lockstep.oauth2-server-uri"] == (
+        "http://h:1/iceberg/v1/oauth/tokens"
+    )
+    tokenless = RunCatalog("lockstep", "http://h:1/iceberg", None, "lockstep:run=p", "p")
+    assert spark_defaults(tokenless, {})["spark.sql.catalog.lockstep.rest.auth.type"] == "none"
+
+
+def test_sparks_local_metastore_is_kept_in_execs_folder_unless_the_user_chose_one(
+    tmp_path: Path,
+) -> None:
+    """#47: two programs started in one folder must not share Derby's metastore_db there."""
+    state = tmp_path / "state"
+    found = local_metastore({"spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}, None, state)
+    assert found == {
+        "spark.sql.catalogImplementation": "in-memory",
+        "spark.sql.warehouse.dir": str(state / "spark-warehouse"),
+        "spark.driver.extraJavaOptions": f"-XX:+UseSerialGC -Dderby.system.home={state}/derby",
+    }
+    mine = {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": "/data/wh",
+        "spark.driver.extraJavaOptions": "-Dderby.system.home=/data/derby",
+    }
+    assert local_metastore(mine, None, state) == {}  # each setting of the user's wins
+    user_dir = tmp_path / "conf"
+    user_dir.mkdir()
+    (user_dir / "hive-site.xml").write_text("<configuration/>")
+    assert local_metastore({}, user_dir, state) == {}  # a metastore of their own: untouched
+
+
+@pytest.mark.parametrize(
+    ("command", "user", "environ", "master"),
+    [
+        (["spark-sql", "-f", "x.sql"], {}, {}, "local[*]"),
+        (["spark-submit", "--master", "yarn", "app.py"], {}, {}, "yarn"),
+        (["spark-submit", "--master=k8s://h:443", "app.py"], {}, {}, "k8s://h:443"),
+        (["spark-sql", "--conf", "spark.master=spark://h:7077"], {}, {}, "spark://h:7077"),
+        (["python", "app.py"], {"spark.master": "local[2]"}, {"MASTER": "yarn"}, "local[2]"),
+        (["python", "app.py"], {}, {"MASTER": "yarn"}, "yarn"),
+    ],
+)
+def test_the_master_a_program_gets_is_read_as_spark_submit_reads_it(
+    command: list[str], user: dict[str, str], environ: dict[str, str], master: str
+) -> None:
+    assert spark_master(command, user, environ) == master
+
+
+def test_a_local_mode_driver_binds_loopback_unless_the_user_chose_an_address() -> None:
+    """#47: Spark warns on every run that it binds a non-loopback address (where the host
+    name resolves to loopback); a cluster's driver must stay reachable, so only local mode."""
+    assert loopback_variables(["spark-sql", "-f", "x.sql"], {}, {}) == {
+        "SPARK_LOCAL_IP": "127.0.0.1"
+    }
+    assert loopback_variables(["spark-submit", "--master", "yarn", "a.py"], {}, {}) == {}
+    assert loopback_variables(["spark-sql"], {}, {"SPARK_LOCAL_IP": "10.0.0.5"}) == {}
+    assert loopback_variables(["spark-sql"], {"spark.driver.host": "h"}, {}) == {}

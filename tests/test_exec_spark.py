@@ -34,19 +34,35 @@ BARRIERS = 2
 AGGREGATES = {"user_item_amount": "amount", "user_item_price": "price"}
 
 
+LITTER = ("metastore_db", "derby.log", "spark-warehouse")  # Spark's local metastore in a cwd
+WARNINGS = (  # what Spark said on every run before #47
+    "Inferring rest.auth.type",
+    "missing the OAuth2 server URI",
+    "resolves to a loopback address",
+)
+
+
 def user_spark_conf(folder: Path) -> Path:
-    """A user's own Spark configuration, as small and quick as a laptop's should be."""
+    """A user's own Spark configuration, as small and quick as a laptop's should be (and
+    nothing about a metastore: where that lives is exec's to choose)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "spark-defaults.conf").write_text(
         "spark.master local[2]\n"
         "spark.ui.enabled false\n"
         "spark.ui.showConsoleProgress false\n"
         "spark.sql.shuffle.partitions 2\n"
-        "spark.sql.catalogImplementation in-memory\n"
-        f"spark.driver.extraJavaOptions -Dderby.system.home={folder} "
-        "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC\n"
+        "spark.driver.extraJavaOptions -XX:TieredStopAtLevel=1 -XX:+UseSerialGC\n"
     )
     return folder
+
+
+def spark_environment(tmp_path: Path) -> dict[str, str]:
+    """exec's environment: the user's Spark configuration, and ``spark-sql`` on the PATH."""
+    return {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-sql finds pyspark
+        "SPARK_CONF_DIR": str(user_spark_conf(tmp_path / "conf")),
+    }
 
 
 def exec_job(
@@ -127,11 +143,7 @@ def _pipeline_through_exec(
     admin.register_jobs(specs)
     for _ in range(BARRIERS):
         admin.issue_barrier()
-    env = {
-        **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-sql finds pyspark
-        "SPARK_CONF_DIR": str(user_spark_conf(tmp_path / "conf")),
-    }
+    env = spark_environment(tmp_path)
     root = exec_job(
         iceberg_service,
         "load_shopping",
@@ -147,11 +159,17 @@ def _pipeline_through_exec(
     reader = threading.Thread(target=_read_until, args=(dashboard, stop), daemon=True)
     reader.start()
     for job, what in (first_try or {}).items():
-        failed = exec_job(iceberg_service, job, what, tmp_path, env, *options, barriers=1)
+        once = [*options, "--max-failures", "1"]  # --barriers runs a failed barrier again
+        failed = exec_job(iceberg_service, job, what, tmp_path, env, *once, barriers=1)
         assert failed.returncode == 1, failed.stderr[-3000:]
         assert "kept; quoted" in failed.stdout  # a query's rows, as spark-sql prints them
         assert "statement 2 of 2 failed (INSERT INTO" in failed.stderr, failed.stderr[-3000:]
         assert "barrier 1 is not published" in failed.stderr
+        [recorded] = iceberg_service.store.query_meta(
+            f"SELECT barrier_id, reason FROM __META_JOB_FAILURE WHERE job_id = '{job}'"
+        ).to_pylist()  # the failed run, counted with why
+        assert recorded["barrier_id"] == 1
+        assert recorded["reason"].startswith("broken.sql: statement 2 of 2 failed (INSERT INTO")
     sql = exec_job(iceberg_service, "sum_amount", programs["sum_amount"], tmp_path, env, *options)
     submitted = exec_job(
         iceberg_service, "sum_price", programs["sum_price"], tmp_path, env, *options
@@ -160,6 +178,7 @@ def _pipeline_through_exec(
     reader.join(timeout=120)
     assert sql.returncode == 0, sql.stderr[-3000:]
     assert submitted.returncode == 0, submitted.stderr[-3000:]
+    assert not [name for name in LITTER if (tmp_path / name).exists()]  # the programs' cwd
 
     from pyiceberg.catalog import load_catalog
 
@@ -179,6 +198,59 @@ def _pipeline_through_exec(
         stats = dashboard.stats[level.value]
         assert stats.reads > 0
         assert stats.inconsistent == 0, stats.as_dict()
+
+
+def test_two_spark_sql_jobs_in_one_folder_share_no_metastore_and_warn_of_nothing(
+    iceberg_service: CatalogService, tmp_path: Path
+) -> None:
+    """#47: two ``spark-sql`` programs exec'd at once from one folder both run without
+    meeting in a metastore (they used to share Derby's ``metastore_db`` there: one failed to
+    create it while the other did, and got on only if Hive's retry did), leave nothing in
+    the folder, and Spark no longer warns that it guesses the catalog's auth type or binds
+    a non-loopback address."""
+    from pyiceberg.catalog import load_catalog
+
+    import lockstep
+
+    admin = lockstep.connect(iceberg_service.url, token=ADMIN_TOKEN)
+    for job in ("left", "right"):
+        admin.register_job(job, sinks=[f"{job}_out"])
+    load_catalog("adm", type="rest", uri=iceberg_service.uri, token=ADMIN_TOKEN).create_namespace(
+        "default"
+    )
+    admin.issue_barrier()
+    work = tmp_path / "work"
+    work.mkdir()
+    for job in ("left", "right"):
+        (work / f"{job}.sql").write_text(
+            f"CREATE TABLE IF NOT EXISTS {job}_out (barrier BIGINT) USING iceberg;\n"
+            f"INSERT INTO {job}_out VALUES (${{env:LOCKSTEP_BARRIER}});\n"
+        )
+    words = [str(BIN / "lockstep"), "--store", iceberg_service.url, "--token", ADMIN_TOKEN]
+    env = spark_environment(tmp_path)
+    started = [
+        subprocess.Popen(
+            [*words, "exec", job, "--timeout", "300", "--", "spark-sql", "-f", f"{job}.sql"],
+            cwd=work,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for job in ("left", "right")
+    ]
+    done = [(p.communicate(timeout=600), p.returncode) for p in started]
+    for (_out, err), status in done:
+        assert status == 0, err[-3000:]
+        assert "barrier 1 written" in err
+    for (_out, err), _status in done:
+        assert "metastore_db" not in err, err[-3000:]
+        assert not [w for w in WARNINGS if w in err], err[-3000:]
+    assert sorted(p.name for p in work.iterdir()) == ["left.sql", "right.sql"]
+    catalog = load_catalog("check", type="rest", uri=iceberg_service.uri, token=READ_TOKEN)
+    for job in ("left", "right"):
+        rows = catalog.load_table(f"default.{job}_out").scan().to_arrow().to_pylist()
+        assert rows == [{"barrier": 1}], job
 
 
 def _read_until(dashboard: Any, stop: threading.Event) -> None:

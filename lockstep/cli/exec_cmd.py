@@ -17,17 +17,13 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from lockstep.barrier.model import Barrier
@@ -36,6 +32,7 @@ from lockstep.barrier.session import BarrierWaitTimeout
 from lockstep.cli.arguments import int_at_least, positive_float
 from lockstep.cli.exec_env import catalog_jars, program_environment
 from lockstep.cli.exec_job import OpenRun, ProgramJob
+from lockstep.cli.exec_program import Ended, Running, forwarding_signals, run_program, signal_name
 from lockstep.cli.exec_remote import REMOTE_ENV, RunSession, remote_session
 from lockstep.cli.exec_sql import read_statements, run_statements
 from lockstep.cli.format import Output
@@ -49,16 +46,6 @@ DEFAULT_MAX_FAILURES = 5  # failed runs in a row before --loop stops
 DEFAULT_CATALOG_NAME = "lockstep"
 
 
-@dataclass
-class _Child:
-    """The program now running (if any), and the signals exec was sent meanwhile."""
-
-    process: subprocess.Popen[bytes] | None = None
-    stop: threading.Event = field(default_factory=threading.Event)
-    signum: int | None = None  # the signal that set ``stop``
-    interrupt: Callable[[], None] | None = None  # stops exec's own work (--sql's statement)
-
-
 def _say(message: str) -> None:
     print(f"lockstep exec: {message}", file=sys.stderr, flush=True)
 
@@ -69,10 +56,11 @@ def cmd_exec(args: argparse.Namespace) -> Output:
     if args.sql is not None:
         _check_sql(args)
     barriers = 1 if not (args.loop or args.barriers) else args.barriers
-    child = _Child()
-    conf_dir = Path(tempfile.mkdtemp(prefix="lockstep-exec-"))
+    running = Running()
+    # exec's own folder: the generated Spark configuration, Spark's local metastore
+    state_dir = Path(tempfile.mkdtemp(prefix="lockstep-exec-"))
     try:
-        with connect_args(args) as ls, _forwarding_signals(child):
+        with connect_args(args) as ls, forwarding_signals(running, _say):
             job = ProgramJob(
                 ls,
                 args.job_id,
@@ -85,13 +73,13 @@ def cmd_exec(args: argparse.Namespace) -> Output:
                 started = time.monotonic()
                 job.start()
                 start_s = round(time.monotonic() - started, 4)  # attach, recover
-                output = _loop(job, command, barriers, args, child, conf_dir)
+                output = _loop(job, command, barriers, args, running, state_dir)
                 output.data["start_s"] = start_s
                 return output
             finally:
                 job.close()
     finally:
-        shutil.rmtree(conf_dir, ignore_errors=True)
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def _loop(
@@ -99,37 +87,41 @@ def _loop(
     command: list[str],
     barriers: int | None,
     args: argparse.Namespace,
-    child: _Child,
-    conf_dir: Path,
+    running: Running,
+    state_dir: Path,
 ) -> Output:
     """Barrier after barrier (``barriers`` of them, None: until stopped). Under ``--loop``
     or ``--barriers`` a failed run is run again after a pause that doubles each time, until
     ``--max-failures`` in a row; without, the first failure ends it."""
     written: list[int] = []
     timings: list[dict[str, float]] = []  # where each barrier's time went
-    failures: list[dict[str, int]] = []
+    failures: list[dict[str, Any]] = []
     jars = catalog_jars(job.catalog_uri, job.token)  # e.g. the AWS bundle for S3FileIO
     looping = bool(args.loop or args.barriers)
     status, in_a_row = 0, 0
     while barriers is None or len(written) < barriers:
-        barrier = _wait(job, args.timeout, child.stop)
-        if barrier is None:
-            break  # stopped while waiting
-        status, timing = _run_barrier(job, barrier, command, args, child, conf_dir, jars)
+        barrier = _wait(job, args.timeout, running.stop)
+        if barrier is None or running.stop.is_set():
+            # stopped while waiting (a barrier taken as the signal came is the next
+            # exec's to run, as after a crash: no program was started for it)
+            break
+        ended, timing = _run_barrier(job, barrier, command, args, running, state_dir, jars)
+        status = ended.status
         if status == 0:
             in_a_row = 0
             timings.append(timing)
             written.append(barrier.barrier_id)
             _say(f"{job.job_id}: barrier {barrier.barrier_id} written")
             _event(args, looping, {"event": "written", "job_id": job.job_id, **timing})
-            if child.stop.is_set():
+            if running.stop.is_set():
                 break
             continue
         in_a_row += 1
-        failures.append({"barrier": barrier.barrier_id, "exit_status": status})
-        failed = {"barrier": barrier.barrier_id, "exit_status": status, "in_a_row": in_a_row}
-        _event(args, looping, {"event": "failed", "job_id": job.job_id, **failed})
-        if not (looping and _pause_before_retry(job, barrier, in_a_row, args, child)):
+        failed = {"barrier": barrier.barrier_id, "exit_status": status, "reason": ended.reason}
+        failures.append(failed)
+        event = {"event": "failed", "job_id": job.job_id, **failed, "in_a_row": in_a_row}
+        _event(args, looping, event)
+        if not (looping and _pause_before_retry(job, barrier, in_a_row, args, running)):
             break
     data = {
         "job_id": job.job_id,
@@ -149,12 +141,13 @@ def _run_barrier(
     barrier: Barrier,
     command: list[str],
     args: argparse.Namespace,
-    child: _Child,
-    conf_dir: Path,
+    running: Running,
+    state_dir: Path,
     jars: list[str],
-) -> tuple[int, dict[str, float]]:
+) -> tuple[Ended, dict[str, float]]:
     """One run of ``barrier``: open it, run the program (or the SQL file), publish if it
-    exited 0. Its status, and where its time went."""
+    exited 0, else record the failed run (unless exec itself was stopped: that is no failure
+    of the job's). How it ended, and where its time went."""
     clock = [time.monotonic()]
     run = job.open(barrier)
     _say(f"{job.job_id}: barrier {barrier.barrier_id}: running {_what(args, command)}")
@@ -162,23 +155,25 @@ def _run_barrier(
         clock.append(time.monotonic())
         if args.sql is not None:
             assert session is not None  # _check_sql
-            status = _run_sql(job, session, args.sql, child, args.heartbeat)
+            ended = _run_sql(job, session, args.sql, running, args.heartbeat)
         else:
-            env = program_environment(run, conf_dir, os.environ, jars)
+            env = program_environment(run, state_dir, os.environ, jars, command)
             if session is not None:  # the run's own session on the shared Spark
                 env[REMOTE_ENV] = session.url
-            status = _run_program(job, run, command, env, child, args.heartbeat)
+            ended = run_program(job.session, command, env, running, args.heartbeat)
         clock.append(time.monotonic())
-    if status != 0:
+    if ended.status != 0:
         what = "the SQL file" if args.sql is not None else "the program"
         _say(
-            f"{job.job_id}: {what} exited {status}: barrier {barrier.barrier_id} is not "
+            f"{job.job_id}: {what} exited {ended.status}: barrier {barrier.barrier_id} is not "
             "published (it runs again: next in this loop, or at the next `lockstep exec`)"
         )
-        return status, {}
+        if running.signum is None:
+            job.record_failure(barrier.barrier_id, ended.reason)
+        return ended, {}
     job.finish(barrier.barrier_id)
     clock.append(time.monotonic())
-    return 0, {
+    return ended, {
         "barrier": barrier.barrier_id,
         "open_s": round(clock[1] - clock[0], 4),
         "program_s": round(clock[2] - clock[1], 4),
@@ -187,12 +182,12 @@ def _run_barrier(
 
 
 def _pause_before_retry(
-    job: ProgramJob, barrier: Barrier, in_a_row: int, args: argparse.Namespace, child: _Child
+    job: ProgramJob, barrier: Barrier, in_a_row: int, args: argparse.Namespace, running: Running
 ) -> bool:
     """Wait before the failed barrier's next run (the pause doubling, at most
     :data:`RETRY_MAX_S`); False when the loop should end instead: ``--max-failures`` in a
     row, or a stop signal."""
-    if child.stop.is_set():
+    if running.stop.is_set():
         return False
     if in_a_row >= args.max_failures:
         _say(
@@ -205,7 +200,7 @@ def _pause_before_retry(
         f"{job.job_id}: running barrier {barrier.barrier_id} again in {pause:g} s "
         f"(failure {in_a_row} in a row; at {args.max_failures} the loop stops)"
     )
-    return not child.stop.wait(pause)
+    return not running.stop.wait(pause)
 
 
 def _event(args: argparse.Namespace, looping: bool, event: dict[str, Any]) -> None:
@@ -244,16 +239,27 @@ def _what(args: argparse.Namespace, command: list[str]) -> str:
 
 
 def _run_sql(
-    job: ProgramJob, session: RunSession, path: Path, child: _Child, heartbeat_s: float
-) -> int:
+    job: ProgramJob, session: RunSession, path: Path, running: Running, heartbeat_s: float
+) -> Ended:
     """``--sql``: the file's statements on the run's session, heartbeating; a signal
     interrupts the running statement (the barrier is not published)."""
+    said: list[str] = []
+
+    def say(message: str) -> None:  # a failing statement's message: the failure's reason
+        said.append(message)
+        _say(message)
+
     with Heartbeat(job.session, heartbeat_s):  # its first beat refuses a fenced instance
-        child.interrupt = session.spark.interruptAll
+        running.interrupt = session.spark.interruptAll
         try:
-            return run_statements(session.spark, path, _say, lambda: child.signum)
+            status = run_statements(session.spark, path, say, lambda: running.signum)
         finally:
-            child.interrupt = None
+            running.interrupt = None
+    if status == 0:
+        return Ended(0)
+    if running.signum is not None:
+        return Ended(status, f"{path.name}: interrupted by {signal_name(running.signum)}")
+    return Ended(status, f"{path.name}: {said[-1] if said else 'failed'}")
 
 
 def _wait(job: ProgramJob, timeout_s: float | None, stop: threading.Event) -> Barrier | None:
@@ -273,53 +279,6 @@ def _wait(job: ProgramJob, timeout_s: float | None, stop: threading.Event) -> Ba
                 "the job's sources written them?"
             )
         _say(f"{job.job_id}: waiting for a barrier ({waited:.0f} s)")
-
-
-def _run_program(
-    job: ProgramJob,
-    run: OpenRun,
-    command: list[str],
-    env: dict[str, str],
-    child: _Child,
-    heartbeat_s: float,
-) -> int:
-    """Run ``command`` to its end, heartbeating; its exit status (128+N: signal N)."""
-    with Heartbeat(job.session, heartbeat_s):  # its first beat refuses a fenced instance
-        try:
-            process = subprocess.Popen(command, env=env, start_new_session=True)
-        except OSError as e:
-            raise InvalidRequestError(f"cannot run {command[0]!r}: {e.strerror}") from e
-        child.process = process
-        try:
-            code = process.wait()
-        finally:
-            child.process = None
-    return 128 - code if code < 0 else code
-
-
-@contextmanager
-def _forwarding_signals(child: _Child) -> Iterator[None]:
-    """Ctrl-C and SIGTERM stop the loop and go on to the running program."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handle(signum: int, _frame: FrameType | None) -> None:
-        child.signum = signum
-        child.stop.set()
-        process = child.process
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signum)
-        if child.interrupt is not None:  # a gRPC call of its own: not from inside the handler
-            threading.Thread(target=child.interrupt, daemon=True).start()
-        _say(f"{signal.Signals(signum).name}: stopping after this barrier")
-
-    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 def _ids(ids: list[int]) -> str:

@@ -9,6 +9,10 @@ Three ways in, so that nothing in the program changes:
   catalog as ``spark.sql.defaultCatalog`` unless the user names another. ``spark-submit``,
   ``spark-sql`` and a plain ``python app.py`` that builds a SparkSession all read that file
   (DESIGN §11). The user's other files there (log4j2.properties, spark-env.sh) are linked.
+  Unless the user's configuration says otherwise, Spark's local metastore (Derby's
+  ``metastore_db`` and ``derby.log``, the default warehouse) is kept in exec's own folder,
+  not the working directory (:func:`local_metastore`), and a local-mode driver binds the
+  loopback address (:func:`loopback_variables`).
 - pyiceberg: ``PYICEBERG_CATALOG__<NAME>__TYPE``/``URI``/``TOKEN``/``WAREHOUSE``, so
   ``load_catalog("<name>")`` just works (pyiceberg lower-cases the name and reads ``__``
   as ``.`` and ``_`` as ``-`` in what follows it: none of these four needs either).
@@ -35,6 +39,10 @@ if TYPE_CHECKING:
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
 DEFAULTS_FILE = "spark-defaults.conf"
+HIVE_SITE = "hive-site.xml"  # a metastore of the user's: exec leaves the metastore alone
+TOKENS_PATH = "/v1/oauth/tokens"  # the served catalog's (it says to send a token instead)
+LOCAL_IP_ENV = "SPARK_LOCAL_IP"
+LOOPBACK = "127.0.0.1"
 # what each plain variable holds (the README and docs/exec.md list them from here)
 VARIABLES = {
     "LOCKSTEP_JOB": "the job's id",
@@ -135,9 +143,92 @@ def spark_defaults(
     merged[f"{key}.cache-enabled"] = "false"  # each load sees the run's newest staging
     # unqualified names: the namespace a Lockstep table's one-part name lives in
     merged[f"{key}.default-namespace"] = user.get(f"{key}.default-namespace", DEFAULT_NAMESPACE)
+    # the auth type said, not inferred (Iceberg's REST client warns when it guesses it, and
+    # when it falls back to the default token endpoint): a bearer token is OAuth2's
     if catalog.token:
         merged[f"{key}.token"] = catalog.token
+        merged[f"{key}.rest.auth.type"] = "oauth2"
+        merged[f"{key}.oauth2-server-uri"] = catalog.uri.rstrip("/") + TOKENS_PATH
+    else:
+        merged[f"{key}.rest.auth.type"] = "none"
     return merged
+
+
+def local_metastore(
+    user: Mapping[str, str], user_dir: Path | None, state_dir: Path
+) -> dict[str, str]:
+    """Settings that keep a program's local metastore in ``state_dir`` (exec's folder, one
+    per exec process) instead of the working directory, where two Spark programs started in
+    one folder would share Derby's ``metastore_db`` (one JVM at a time can open it: the
+    other fails, or gets on only if Hive's retries outlast the first). Nothing of a job
+    lives there (its tables are the run's catalog's), so:
+
+    - the session catalog in memory (``spark-sql`` and a PySpark app then start no Derby);
+    - its default warehouse in ``state_dir``;
+    - Derby's home in ``state_dir``, for a program that enables Hive support itself
+      (dbt-spark's ``session`` method).
+
+    The user's own setting of each wins, and a ``hive-site.xml`` of theirs (a metastore
+    they chose) leaves all three alone.
+
+    >>> found = local_metastore({}, None, Path("/s"))
+    >>> found["spark.sql.catalogImplementation"], found["spark.driver.extraJavaOptions"]
+    ('in-memory', '-Dderby.system.home=/s/derby')
+    """
+    if user_dir is not None and (user_dir / HIVE_SITE).exists():
+        return {}
+    found = {}
+    if "spark.sql.catalogImplementation" not in user:
+        found["spark.sql.catalogImplementation"] = "in-memory"
+    if "spark.sql.warehouse.dir" not in user:
+        found["spark.sql.warehouse.dir"] = str(state_dir / "spark-warehouse")
+    options = user.get("spark.driver.extraJavaOptions", "")
+    if "-Dderby.system.home=" not in options:
+        home = f"-Dderby.system.home={state_dir / 'derby'}"
+        home = f'"{home}"' if any(c.isspace() for c in home) else home
+        found["spark.driver.extraJavaOptions"] = f"{options} {home}".strip()
+    return found
+
+
+def spark_master(
+    command: Sequence[str], user: Mapping[str, str], environ: Mapping[str, str]
+) -> str:
+    """The master a Spark program run as ``command`` gets, as ``spark-submit`` picks it:
+    ``--master`` (or ``--conf spark.master=``) on its command line, else the defaults'
+    ``spark.master``, else ``$MASTER``, else Spark's ``local[*]``.
+
+    >>> spark_master(["spark-sql", "--master", "yarn", "-f", "x.sql"], {}, {})
+    'yarn'
+    >>> spark_master(["spark-sql", "-f", "x.sql"], {}, {})
+    'local[*]'
+    """
+    words = list(command)
+    for i, word in enumerate(words):
+        following = words[i + 1] if i + 1 < len(words) else ""
+        if word == "--master" and following:
+            return following
+        if word.startswith("--master="):
+            return word.split("=", 1)[1]
+        if word in ("--conf", "-c") and following.startswith("spark.master="):
+            return following.split("=", 1)[1]
+    return user.get("spark.master") or environ.get("MASTER") or "local[*]"
+
+
+def loopback_variables(
+    command: Sequence[str], user: Mapping[str, str], environ: Mapping[str, str]
+) -> dict[str, str]:
+    """``SPARK_LOCAL_IP=127.0.0.1`` for a program whose Spark runs in local mode, so its
+    driver (and UI) binds loopback instead of the first non-loopback address Spark finds
+    (with a warning each run, where the host name resolves to loopback). Nothing when the
+    user chose an address (``$SPARK_LOCAL_IP``, ``spark.driver.host`` or
+    ``spark.driver.bindAddress``) or a cluster's master: its executors must reach the
+    driver."""
+    chosen = LOCAL_IP_ENV in environ or any(
+        key in user for key in ("spark.driver.host", "spark.driver.bindAddress")
+    )
+    if chosen or not spark_master(command, user, environ).startswith("local"):
+        return {}
+    return {LOCAL_IP_ENV: LOOPBACK}
 
 
 def user_conf_dir(environ: Mapping[str, str]) -> Path | None:
@@ -183,18 +274,28 @@ def write_conf_dir(folder: Path, settings: Mapping[str, str], user_dir: Path | N
 
 
 def program_environment(
-    run: OpenRun, conf_dir: Path, base: Mapping[str, str], jars: Sequence[str] = ()
+    run: OpenRun,
+    state_dir: Path,
+    base: Mapping[str, str],
+    jars: Sequence[str] = (),
+    command: Sequence[str] = (),
 ) -> dict[str, str]:
-    """``base`` (exec's own environment) with the run's catalog handed to the program in
-    every way above; ``conf_dir`` becomes its ``SPARK_CONF_DIR``, whose ``spark.jars`` get
-    the Iceberg runtime and ``jars`` (what the catalog needs: ``catalog_jars``)."""
+    """``base`` (exec's own environment) with the run's catalog handed to the program
+    ``command`` in every way above. ``state_dir`` is exec's folder: ``state_dir/conf``
+    becomes the program's ``SPARK_CONF_DIR``, whose ``spark.jars`` get the Iceberg runtime
+    and ``jars`` (what the catalog needs: ``catalog_jars``), and Spark's local metastore
+    lives beside it (:func:`local_metastore`)."""
     user_dir = user_conf_dir(base)
     user = read_defaults(user_dir / DEFAULTS_FILE) if user_dir is not None else {}
     runtime = iceberg_jar()
     every = [*([runtime] if runtime else []), *jars]
-    write_conf_dir(conf_dir, spark_defaults(run.catalog, user, every), user_dir)
+    settings = spark_defaults(run.catalog, user, every)
+    settings.update(local_metastore(user, user_dir, state_dir))
+    conf_dir = state_dir / "conf"
+    write_conf_dir(conf_dir, settings, user_dir)
     env = dict(base)
     env["SPARK_CONF_DIR"] = str(conf_dir)
+    env.update(loopback_variables(command, user, base))
     env.update(pyiceberg_variables(run.catalog))
     env.update(plain_variables(run.facts, run.catalog))
     return env

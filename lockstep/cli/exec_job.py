@@ -162,6 +162,18 @@ class ProgramJob:
         _fault_point("after_processed", barrier_id, self.job_id)
         return self._publish_and_report(barrier_id, staged)
 
+    def record_failure(self, barrier_id: int, reason: str) -> None:
+        """Record a failed run of ``barrier_id`` (it published nothing and runs again) for
+        the meta tables (``__META_JOB_FAILURE``) and ``/metrics``. Best effort: a store that
+        cannot take it is said, and the run's own failure stands."""
+        try:
+            self.session.report_failed(barrier_id, reason)
+        except Exception as e:  # the coordinator's refusal or absence: said, not raised
+            self.progress(
+                f"{self.job_id}: could not record the failed run of barrier {barrier_id} "
+                f"({reason}): {e}"
+            )
+
     def _publish_and_report(
         self, barrier_id: int, staged: Mapping[str, int | None]
     ) -> dict[str, int | None]:
