@@ -4,6 +4,11 @@ Jobs ``load`` (writes ``orders``) and ``sum`` (reads it, writes ``totals``) have
 barrier 1 through the catalog, as their instances, with their job tokens; job ``later`` is
 registered to write ``pending``, which does not exist yet; ``scratch`` is an admin's table
 no job writes. A sentinel tree outside the warehouse holds files nothing may reach.
+
+Planted in the warehouse, as anyone who can write there could (#48): metadata files written
+by hand, one with a property a reader would import code from, one with a folder outside;
+and symbolic links out of the warehouse, to a metadata file in the sentinel tree and to the
+tree itself (``Scene.planted``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class Scene:
     snapshots: dict[str, int]  # table -> main's snapshot
     outside: Path  # the sentinel tree
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # table -> its metadata
+    planted: dict[str, str] = field(default_factory=dict)  # what -> its location (#48)
 
     def url(self, path: str) -> str:
         return f"{self.service.uri}/v1{path}"
@@ -129,4 +135,41 @@ def build_scene(service: CatalogService, outside: Path) -> Scene:
     for table in ("orders", "totals", "scratch"):
         loaded = send("GET", scene.url(f"/namespaces/{NS}/tables/{table}"), READ_TOKEN)
         scene.metadata[table] = loaded.json()
+    scene.planted = _plant(scene)
     return scene
+
+
+def _plant(scene: Scene) -> dict[str, str]:
+    """Metadata files and symbolic links in the warehouse that a register or a purge must
+    not trust: the locations a request would name."""
+    from urllib.parse import urlsplit
+
+    from lockstep.service.iceberg.config import IcebergSettings
+    from lockstep.service.iceberg.files import TableFiles
+
+    warehouse = scene.service.warehouse
+    files = TableFiles(IcebergSettings(warehouse=f"file://{warehouse}"))
+    scratch_location = scene.metadata["scratch"]["metadata-location"]
+    scratch = files.read(scratch_location)
+
+    def forged(name: str, **properties: str) -> str:
+        location = f"file://{warehouse}/{NS}/{name}"
+        properties = {**scratch.properties, **properties}
+        changed = scratch.model_copy(update={"location": location, "properties": properties})
+        return files.write_next(changed, None)
+
+    stolen = scene.outside / "stolen.metadata.json"
+    stolen.write_bytes(Path(urlsplit(scratch_location).path).read_bytes())
+    planted = warehouse / NS / "planted"
+    (planted / "metadata").mkdir(parents=True)
+    linked_file = planted / "metadata" / "00000-6c97e413-d51b-4538-ac70-12fe2a85cb83.metadata.json"
+    linked_file.symlink_to(stolen)
+    (planted / "out").symlink_to(scene.outside, target_is_directory=True)
+    return {
+        "client code": forged("forged_code", **{"py-io-impl": "os.system"}),
+        "folder outside": forged(
+            "forged_folder", **{"write.object-storage.path": f"file://{scene.outside}/objects"}
+        ),
+        "a link to a file outside": f"file://{linked_file}",
+        "a link to a folder outside": f"file://{planted}/out",
+    }

@@ -25,7 +25,7 @@ def scene(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Scene]:
 
 def test_every_abuse_is_refused_and_changes_nothing(scene: Scene) -> None:
     sentinels, pointers = scene.sentinels(), scene.pointers()
-    assert len(sentinels) == 4
+    assert len(sentinels) == 5
     answers = list(run_corpus(scene))
     assert len(answers) >= 50
     problems = [p for p in (problem(probe, response) for probe, response in answers) if p]

@@ -19,7 +19,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from sqlalchemy import Engine
 
 from lockstep.errors import InvalidRequestError
-from lockstep.service.iceberg import consistency, ownership, paths, storage
+from lockstep.service.iceberg import client_properties, consistency, ownership, paths, storage
 from lockstep.service.iceberg.commit import Staged, TableChange, check_format_version, commit
 from lockstep.service.iceberg.errors import (
     IcebergTableExistsError,
@@ -162,7 +162,7 @@ class ServedCatalog:
         if location is None:
             raise NoSuchIcebergTableError(table.namespace, table.name)
         metadata = consistency.with_barrier_tags(self.files.read(location), written)
-        return LoadedTable(metadata, location)
+        return LoadedTable(client_properties.served(metadata, table), location)
 
     def create_table(
         self, new: NewTable, principal: Principal, *, stage_only: bool = False
@@ -196,6 +196,7 @@ class ServedCatalog:
             )
         except (ValueError, IcebergValidationError) as e:
             raise InvalidRequestError(f"cannot create table {str(table)!r}: {e}") from e
+        self._check_metadata(metadata, f"create of {table}")
         if stage_only:
             return LoadedTable(metadata, None)
         metadata_location = self.files.write_next(metadata, None)
@@ -222,7 +223,7 @@ class ServedCatalog:
                 f"{metadata_location!r} is not a readable Iceberg table metadata file "
                 f"({type(e).__name__})"
             ) from e
-        paths.check_paths(paths.metadata_paths(metadata), self.files.inside, "register")
+        self._check_metadata(metadata, f"register of {table}")
         with storage.writing(self.engine) as session:
             ownership.authorize(session, principal, table, "register")
             if storage.namespace_properties(session, table.namespace) is None:
@@ -235,6 +236,13 @@ class ServedCatalog:
             else:
                 raise IcebergTableExistsError(table.namespace, table.name)
         return LoadedTable(metadata, metadata_location)
+
+    def _check_metadata(self, metadata: TableMetadata, where: str) -> None:
+        """What a create or a register may not bring in: a path outside the warehouse (its
+        location, the ``write.*.path`` folders...: ``paths``, as for commits), or a property
+        a client would take as its own code or settings (``client_properties``)."""
+        paths.check_paths(paths.metadata_paths(metadata), self.files.inside, where)
+        client_properties.check_properties(metadata.properties, where)
 
     def drop_table(self, table: TableName, principal: Principal, *, purge: bool) -> list[str]:
         """Forget ``table``; with ``purge`` also delete its files under the warehouse (after

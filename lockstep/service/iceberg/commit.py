@@ -13,8 +13,9 @@ did not land are deleted.
 
 Lockstep's job protocol hooks in here: the snapshots a job's instance adds are stamped with
 its barrier before they are written (``stamp``), every path an update adds must be under
-the warehouse (``paths``), and every change is checked against the ownership rules inside
-the pointer swap's transaction (``ownership``).
+the warehouse (``paths``), no property it sets may be one a client would take as its own
+code or settings (``client_properties``), and every change is checked against the
+ownership rules inside the pointer swap's transaction (``ownership``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from lockstep.errors import InvalidRequestError
-from lockstep.service.iceberg import ownership, paths, stamp, storage
+from lockstep.service.iceberg import client_properties, ownership, paths, stamp, storage
 from lockstep.service.iceberg.errors import (
     CommitConflictError,
     IcebergTableExistsError,
@@ -167,8 +168,16 @@ def stage(files: TableFiles, change: TableChange, base_location: str | None) -> 
         # snapshot that does not exist...): the client's to fix
         raise InvalidRequestError(f"cannot apply the updates to {str(table)!r}: {e}") from e
     files.checked_location(metadata.location)
+    client_properties.check_properties(_set_properties(metadata, base), f"commit to {table}")
     location = files.write_next(metadata, base_location)
     return Staged(table, base_location, metadata, location, base)
+
+
+def _set_properties(metadata: TableMetadata, base: TableMetadata | None) -> list[str]:
+    """The properties the commit adds or changes (a table from before a property was
+    refused keeps it until its writer removes it; served without it: ``client_properties``)."""
+    before = {} if base is None else base.properties
+    return [k for k, v in metadata.properties.items() if before.get(k) != v]
 
 
 def check_format_version(version: int | str) -> None:

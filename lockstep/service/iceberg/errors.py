@@ -104,6 +104,19 @@ class MetadataFileError(IcebergCatalogError):
         self.location = location
 
 
+class RefusedPropertyError(IcebergCatalogError):
+    """A table property a client would take as its own code or settings
+    (``client_properties``): nobody may set it."""
+
+    def __init__(self, name: str, pattern: str, why: str, where: str) -> None:
+        super().__init__(
+            f"{where}: table property {name!r} is refused ({pattern}: {why}); a table's "
+            "readers are other people's programs, so no table may carry it"
+        )
+        self.name = name
+        self.pattern = pattern
+
+
 class UnsupportedCatalogOperationError(IcebergCatalogError):
     """The request is valid Iceberg REST, but this catalog does not do it (yet)."""
 
@@ -127,6 +140,7 @@ ICEBERG_STATUS: tuple[tuple[type[LockstepError], int, str], ...] = (
     (MetadataFileError, 500, "ServerErrorException"),
     (UnsupportedCatalogOperationError, 406, "UnsupportedOperationException"),
     (UnprocessableRequestError, 422, "UnprocessableEntityException"),
+    (RefusedPropertyError, 400, "BadRequestException"),
     (AuthenticationError, 401, "NotAuthorizedException"),
     (PermissionDeniedError, 403, "ForbiddenException"),
     (RequestTooLargeError, 413, "BadRequestException"),

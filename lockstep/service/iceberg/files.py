@@ -7,7 +7,10 @@ The server reads and writes with one ``FileIO`` built from its own settings (``[
 a class a client names. For the same reason every table location, and every metadata file
 the server reads or writes, must be under the warehouse.
 
-Under a local (``file://``) warehouse, "under" is a path under its folder once normalized.
+Under a local (``file://``) warehouse, "under" is a path under its folder once normalized,
+and still under it once its symbolic links are resolved: anyone who can write into the
+warehouse (jobs do) could plant a link that takes a read or a purge's delete elsewhere, so
+what resolves outside is refused (a register, a commit) or skipped and logged (a purge).
 An object store (``s3://``, ``gs://``, ...) has keys, not folders: a location is under the
 warehouse ``s3://bucket/prefix`` when it starts with exactly ``s3://bucket/prefix/`` (scheme
 and bucket spelled as the warehouse spells them: ``s3a://`` or another bucket's case is
@@ -21,6 +24,7 @@ paths; each decoding of such a path must be plainly under the warehouse too. The
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 import re
 import uuid
@@ -144,8 +148,9 @@ class TableFiles:
                     "under its warehouse"
                 )
         if not self.inside(location):
+            how = "leads outside" if self._leads_out(location) else "is outside"
             raise InvalidRequestError(
-                f"{what} {location!r} is outside the catalog's warehouse {self.warehouse!r}: "
+                f"{what} {location!r} {how} the catalog's warehouse {self.warehouse!r}: "
                 "this catalog keeps every table's files under its warehouse"
             )
         return location
@@ -159,9 +164,21 @@ class TableFiles:
         base, target = urlsplit(self.warehouse), urlsplit(location)
         if (base.scheme, base.netloc) != (target.scheme, target.netloc):
             return False
-        inside = posixpath.normpath(target.path or "/")
-        root = posixpath.normpath(base.path or "/")
-        return inside == root or inside.startswith(root.rstrip("/") + "/")
+        root, path = base.path or "/", target.path or "/"
+        if not _under(posixpath.normpath(path), posixpath.normpath(root)):
+            return False
+        # what the file system would touch: a symbolic link planted under the warehouse
+        # (jobs write there) must not take a read or a delete outside it
+        return _under(os.path.realpath(path), os.path.realpath(root))
+
+    def _leads_out(self, location: str) -> bool:
+        """Whether ``location`` is under a local warehouse as spelled, but a symbolic link
+        on its way leads outside."""
+        if self.object_store:
+            return False
+        base, target = urlsplit(self.warehouse), urlsplit(location)
+        spelled = _under(posixpath.normpath(target.path or "/"), posixpath.normpath(base.path))
+        return spelled and (base.scheme, base.netloc) == (target.scheme, target.netloc)
 
     def may_touch(self, location: str) -> bool:
         """:meth:`inside`, or a data file's path whose ``%`` encodes partition values and
@@ -202,7 +219,15 @@ class TableFiles:
     def purge(self, metadata_location: str) -> list[str]:
         """Delete a dropped table's files: data, manifests, manifest lists, statistics and
         every metadata file it names (best effort, as Iceberg's own purge), reading and
-        deleting nothing outside the warehouse; returns what it skipped as outside."""
+        deleting nothing outside the warehouse (as spelled, or through a symbolic link);
+        returns what it skipped as outside."""
+        if not self.inside(metadata_location):  # a link planted where the file was
+            log.warning(
+                "purge skipped the metadata file %s: it resolves outside the warehouse, so "
+                "nothing it names was read or deleted",
+                metadata_location,
+            )
+            return [metadata_location]
         metadata = self.read(metadata_location)
         skipped: list[str] = []
 
@@ -231,12 +256,23 @@ class TableFiles:
         delete_files(self.io, logs | {metadata_location}, "metadata")
         if skipped:
             log.warning(
-                "purge of %s skipped %d file(s) outside the warehouse: %s",
+                "purge of %s skipped %d file(s) outside the warehouse (as named, or "
+                "through a symbolic link): %s",
                 metadata_location,
                 len(skipped),
                 ", ".join(skipped[:10]),
             )
         return skipped
+
+
+def _under(path: str, root: str) -> bool:
+    """Whether the normalized ``path`` is ``root`` or below it.
+
+    >>> _under("/w/t/data", "/w"), _under("/w2/t", "/w"), _under("/w", "/w/")
+    (True, False, True)
+    """
+    root = root.rstrip("/") or "/"
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def metadata_version(metadata_location: str) -> int:

@@ -32,6 +32,7 @@ from pyiceberg.typedef import IcebergBaseModel
 from lockstep.barrier.iceberg.catalog import COMMIT_GUARD_PROPERTY
 from lockstep.errors import InvalidRequestError
 from lockstep.service.deps import Admin, Caller, Reader, TableWriter
+from lockstep.service.iceberg import client_properties
 from lockstep.service.iceberg.catalog import LoadedTable, NewTable, ServedCatalog
 from lockstep.service.iceberg.commit import TableChange
 from lockstep.service.iceberg.committer import Committer
@@ -423,9 +424,10 @@ def _add_commits(router: APIRouter, catalog: ServedCatalog, runs: RunViews) -> N
         if run is not None:  # main is the staging branch (run_view.py)
             change = runs.renamed(run, change)
         (staged,) = catalog.commit([change], _principal(caller, request))
-        shown = LoadedTable(staged.metadata, staged.location)
+        metadata = client_properties.served(staged.metadata, target)  # as a load shows it
+        shown = LoadedTable(metadata, staged.location)
         if run is not None:
-            shown = runs.staged_view(staged.metadata, staged.location, run)
+            shown = runs.staged_view(metadata, staged.location, run)
         response = {"metadata-location": shown.metadata_location, "metadata": shown.metadata}
         return _json(CommitTableResponse.model_validate(response))
 
