@@ -294,6 +294,26 @@ def _malformed(scene: Scene) -> list[Probe]:
             ORDERS,
             {"identifier": ident("scratch"), **commit()},
         ),
+        *_idempotency_keys(),
+    ]
+
+
+def _idempotency_keys() -> list[Probe]:
+    """Idempotency-Keys a change may not carry (#48): not a UUID, two of them, and one that
+    came first with another request (itself refused, its refusal kept for its retries)."""
+    key, other = str(uuid.uuid4()), str(uuid.uuid4())
+    set_y = {"action": "set-properties", "updates": {"y": "1"}}
+    auth = ("Authorization", f"Bearer {ADMIN_TOKEN}")
+    return [
+        _updates_on(ORDERS, SET_X, headers={"Idempotency-Key": "not-a-uuid"}),
+        _updates_on(ORDERS, SET_X, headers={"Idempotency-Key": key}),
+        _updates_on(ORDERS, set_y, headers={"Idempotency-Key": key}),  # 422: another request
+        Probe(
+            "two Idempotency-Keys",
+            "POST",
+            "/namespaces",
+            repeated=(auth, ("Idempotency-Key", key), ("Idempotency-Key", other)),
+        ),
     ]
 
 

@@ -74,13 +74,14 @@ def serve_catalog(
     *,
     store_url: str | None = None,
     warehouse_uri: str | None = None,
+    clock: Any = None,
     **app_options: Any,
 ) -> Iterator[CatalogService]:
     """Serve the catalog with ``more_iceberg`` lines in its ``[iceberg]`` table (and
     ``app_options`` for ``create_app``), its store in ``store_url`` (default: a SQLite
-    file), its warehouse ``warehouse_uri`` (default: ``tmp_path/warehouse``, which
-    ``.warehouse`` names either way). Tokens: admin, two read tokens, and job tokens for the
-    jobs ``load`` and ``sum``."""
+    file) on ``clock`` (default: the real one), its warehouse ``warehouse_uri`` (default:
+    ``tmp_path/warehouse``, which ``.warehouse`` names either way). Tokens: admin, two read
+    tokens, and job tokens for the jobs ``load`` and ``sum``."""
     pytest.importorskip("pyiceberg")
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
     from lockstep.service.app import create_app
@@ -103,7 +104,7 @@ def serve_catalog(
         f'[iceberg]\nwarehouse = "{warehouse_uri or f"file://{warehouse}"}"\n{more_iceberg}'
     )
     settings = ServiceSettings.load(config)
-    store = SqlMetadataStore.open(settings.store)
+    store = SqlMetadataStore.open(settings.store, **({"clock": clock} if clock else {}))
     app = create_app(store, tokens=load_tokens(token_file), iceberg=settings.iceberg, **app_options)
     with running(app) as url:
         yield CatalogService(f"{url}/iceberg", warehouse, store, url)

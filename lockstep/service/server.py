@@ -52,11 +52,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("lockstep.service")
 SHUTDOWN_GRACE_S = 5  # seconds a stopping replica lets running requests finish
-# How long an idle keep-alive connection is kept: past the 60 s that connection pools and
-# load balancers commonly keep one, so a client does not reuse a connection the server is
-# closing (at uvicorn's default, 5 s, a pyiceberg reader scanning between two loads had its
-# next request reset under load: engines_check, 2 of 1,830 reads)
-KEEP_ALIVE_S = 65
+# How long a client may keep an idle connection, as every answer says (Keep-Alive:
+# timeout=N): Apache HttpClient 5's own default when no server says (RequestConfig's
+# connectionKeepAlive, 3 min), which Iceberg's Java REST client (Spark, Trino) uses and
+# honours the header over. A client that closes first never sends on a connection the server
+# is closing (a commit POST then dies of NoHttpResponseException: Iceberg does not resend a
+# POST). pyiceberg's pool (urllib3) keeps idle connections for ever, and checks each is
+# still open before reuse; httpx's for 5 s.
+CLIENT_KEEP_ALIVE_S = 180
+# How long an idle keep-alive connection is kept: longer than any client above keeps one,
+# with a margin for the client's timer starting when it has read the answer (at uvicorn's
+# default, 5 s, a pyiceberg reader scanning between two loads had its next request reset;
+# at 65 s, below those 3 min, a Spark job's commit could go out on a pooled connection the
+# server was closing: #48)
+KEEP_ALIVE_S = CLIENT_KEEP_ALIVE_S + 10
 WORKER_SETTINGS_ENV = "LOCKSTEP_SERVICE_WORKER_SETTINGS"  # the settings, to each worker
 
 
@@ -103,6 +112,7 @@ def _uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
         "log_level": "warning",
         "timeout_graceful_shutdown": SHUTDOWN_GRACE_S,
         "timeout_keep_alive": KEEP_ALIVE_S,
+        "headers": [("Keep-Alive", f"timeout={CLIENT_KEEP_ALIVE_S}")],
         # each connection: uvicorn's own protocol inside a read deadline and the cap
         "http": f"{GuardedHttp.__module__}:{GuardedHttp.__qualname__}",
         "backlog": BACKLOG,

@@ -39,6 +39,9 @@ class IcebergSettings(BaseModel):
     # [iceberg.vending]: credentials the service asks the object store's STS for, scoped to
     # one table, handed to clients that ask (vending.py); None: clients bring their own
     vending: VendingSettings | None = None
+    # how long a change's Idempotency-Key is honoured (idempotency.py): advertised in
+    # GET /v1/config as idempotency-key-lifetime (1800: PT30M); 0: keys are ignored
+    idempotency_key_lifetime_s: int = Field(1800, ge=0)
 
     @field_validator("warehouse")
     @classmethod

@@ -69,13 +69,25 @@ def mount_iceberg(
 
     vendor = None if settings.vending is None else CredentialVendor(settings.vending)
     iceberg = create_iceberg_app(catalog, views, Vending(catalog, vendor), tokens=tokens)
+    routes = _idempotent(iceberg, store, settings.idempotency_key_lifetime_s)
     # added last, so outermost: /iceberg requests never reach the service's own front door
     app.add_middleware(
         IcebergMount,
         iceberg=IcebergGuard(
-            iceberg, tokens=tokens, max_body_bytes=max_body_bytes, allowed_hosts=allowed_hosts
+            routes, tokens=tokens, max_body_bytes=max_body_bytes, allowed_hosts=allowed_hosts
         ),
     )
+
+
+def _idempotent(iceberg: FastAPI, store: SqlMetadataStore, lifetime_s: int) -> ASGIApp:
+    """The catalog's routes honouring ``Idempotency-Key`` for ``lifetime_s`` (0: not at all),
+    behind the front door (known callers, bodies within the limit): ``idempotency``."""
+    if not lifetime_s:
+        return iceberg
+    from lockstep.service.iceberg.idempotency import IdempotentMutations
+
+    iceberg.state.idempotency_key_lifetime_s = lifetime_s  # GET /v1/config advertises it
+    return IdempotentMutations(iceberg, store.engine, store.now, lifetime_s)
 
 
 def _served_catalog(store: SqlMetadataStore, settings: IcebergSettings) -> ServedCatalog:

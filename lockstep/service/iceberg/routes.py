@@ -36,6 +36,7 @@ from lockstep.service.iceberg import client_properties
 from lockstep.service.iceberg.catalog import LoadedTable, NewTable, ServedCatalog
 from lockstep.service.iceberg.commit import TableChange
 from lockstep.service.iceberg.committer import Committer
+from lockstep.service.iceberg.idempotency import advertised
 from lockstep.service.iceberg.models import (
     CommitTableIn,
     CommitTransactionIn,
@@ -187,7 +188,8 @@ def build_router(
             defaults[f"header.{DELEGATION_HEADER}"] = VENDED
         vends = (CREDENTIALS_ENDPOINT,) if vending.vendor is not None else ()
         endpoints = [str(e) for e in (*ENDPOINTS, *VIEW_ENDPOINTS, *vends)]
-        return {"defaults": defaults, "overrides": overrides, "endpoints": endpoints}
+        config = {"defaults": defaults, "overrides": overrides, "endpoints": endpoints}
+        return {**config, **advertised(request.app)}  # idempotency-key-lifetime (idempotency.py)
 
     served_views = ServedViews(catalog.engine, catalog.files, catalog.clock)
     _add_namespaces(router, catalog, served_views)

@@ -19,6 +19,7 @@ from lockstep.errors import StoreVersionError
 from lockstep.meta_tables.store.sql import heads
 from lockstep.meta_tables.store.sql.schema import (
     Base,
+    IcebergIdempotencyRow,
     IcebergViewRow,
     JobFailureRow,
     JobSourceRow,
@@ -29,7 +30,7 @@ from lockstep.meta_tables.store.sql.schema import (
 
 MigrationStep = Callable[[Connection], None]
 
-CURRENT_VERSION = 9
+CURRENT_VERSION = 10
 _PG_MIGRATION_LOCK = 0x4C6F636B  # advisory lock key: one migrating process at a time
 
 
@@ -110,6 +111,12 @@ def _add_catch_up_and_failures(connection: Connection) -> None:
     Base.metadata.tables[JobFailureRow.__tablename__].create(connection, checkfirst=True)
 
 
+def _add_iceberg_idempotency_keys(connection: Connection) -> None:
+    """Version 10: the Idempotency-Keys of changes to the service's Iceberg REST catalog."""
+    table = Base.metadata.tables[IcebergIdempotencyRow.__tablename__]
+    table.create(connection, checkfirst=True)
+
+
 # STEPS[v] upgrades a store from version v-1 to version v. Version 1 is the first release.
 STEPS: dict[int, MigrationStep] = {
     2: _add_operations_tables,
@@ -120,6 +127,7 @@ STEPS: dict[int, MigrationStep] = {
     7: _index_versions_by_barrier_and_table,
     8: _add_iceberg_views,
     9: _add_catch_up_and_failures,
+    10: _add_iceberg_idempotency_keys,
 }
 
 

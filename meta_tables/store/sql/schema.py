@@ -15,6 +15,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     TypeDecorator,
@@ -313,3 +314,22 @@ class IcebergViewRow(Base):
     metadata_location: Mapped[str] = mapped_column(Text)
     previous_metadata_location: Mapped[str | None] = mapped_column(Text, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UtcMicros)
+
+
+class IcebergIdempotencyRow(Base):
+    """An ``Idempotency-Key`` a caller sent with a change to that catalog (schema version 10):
+    the request it came with (a digest), and once answered, the answer, replayed to a retry
+    of the same request until ``expires_at``. While the first request runs, ``owner`` names
+    its attempt and ``lease_until`` how long it is known alive (``iceberg/idempotency.py``)."""
+
+    __tablename__ = "ls_iceberg_idempotency"
+    caller: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the token
+    key: Mapped[str] = mapped_column(String(36), primary_key=True)
+    request: Mapped[str] = mapped_column(String(64))  # sha256: method, path, headers, body
+    owner: Mapped[str | None] = mapped_column(String(32), nullable=True)  # None: answered
+    lease_until: Mapped[datetime] = mapped_column(UtcMicros)
+    status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    headers: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON [[name, value]]
+    answer: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # zlib'd body
+    created_at: Mapped[datetime] = mapped_column(UtcMicros)
+    expires_at: Mapped[datetime] = mapped_column(UtcMicros, index=True)
