@@ -181,3 +181,23 @@ def test_register_refuses_a_folder_outside(shared_scene: Scene) -> None:
     refused = send("POST", scene.url(f"/namespaces/{NS}/register"), ADMIN_TOKEN, body)
     assert refused.status_code == 400, refused.text
     assert "properties.write.object-storage.path" in refused.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["create", "staged create"])
+def test_a_percent_encoded_way_out_of_the_warehouse_is_refused(
+    shared_scene: Scene, staged: bool
+) -> None:
+    """A folder spelled under the warehouse whose decoded path leaves it
+    (``.../%2e%2e/%2e%2e/x``): the file system would read the decoded path (a staged create
+    made the folder there), so every decoding is checked. No folder is made outside."""
+    scene = shared_scene
+    name = f"encoded_{staged}".lower()
+    wh = scene.service.warehouse
+    depth = len(wh.relative_to(scene.outside.parent).parts) + 2  # past NS/name and wh
+    escape = "/".join(["%2e%2e"] * depth)
+    folder = f"file://{wh}/{NS}/{name}/{escape}/{scene.outside.name}/{name}"
+    body = {**CREATE, "name": name, "properties": {FOLDERS[0]: folder}, "stage-create": staged}
+    refused = send("POST", scene.url(TABLES), ADMIN_TOKEN, body)
+    assert refused.status_code == 400, refused.text
+    assert "outside the catalog's warehouse" in refused.json()["error"]["message"]
+    assert not (scene.outside / name).exists()

@@ -164,12 +164,22 @@ class TableFiles:
         base, target = urlsplit(self.warehouse), urlsplit(location)
         if (base.scheme, base.netloc) != (target.scheme, target.netloc):
             return False
-        root, path = base.path or "/", target.path or "/"
-        if not _under(posixpath.normpath(path), posixpath.normpath(root)):
+        root = base.path or "/"
+        # every spelling a layer may decode it to (a staged create's folders are made at the
+        # decoded path, and ``%2e%2e`` decodes to ``..``), each plainly under the warehouse
+        spellings = [target.path or "/"]
+        while len(spellings) <= _MAX_DECODINGS and unquote(spellings[-1]) != spellings[-1]:
+            spellings.append(unquote(spellings[-1]))
+        if unquote(spellings[-1]) != spellings[-1]:
             return False
-        # what the file system would touch: a symbolic link planted under the warehouse
-        # (jobs write there) must not take a read or a delete outside it
-        return _under(os.path.realpath(path), os.path.realpath(root))
+        for path in spellings:
+            if not _under(posixpath.normpath(path), posixpath.normpath(root)):
+                return False
+            # what the file system would touch: a symbolic link planted under the warehouse
+            # (jobs write there) must not take a read or a delete outside it
+            if not _under(os.path.realpath(path), os.path.realpath(root)):
+                return False
+        return True
 
     def _leads_out(self, location: str) -> bool:
         """Whether ``location`` is under a local warehouse as spelled, but a symbolic link
