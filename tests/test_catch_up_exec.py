@@ -68,3 +68,19 @@ def test_a_catch_up_exec_job_runs_its_pending_barriers_once_as_the_newest(
     )
     done = lockstep(iceberg_service, "exec", "user_spend", "--barriers", "1", "--", *spend)
     assert "user_spend: barrier 4 written" in done.stderr
+
+    # the root catches up too: one run reads the window of barriers 5 and 6 (nothing lost)
+    admin.register_job(
+        "load_shopping", sinks=["shopping"], external_sources=["shopping_feed"], catch_up=True
+    )
+    for _ in range(2):
+        admin.issue_barrier()
+    done = lockstep(iceberg_service, "exec", "load_shopping", "--barriers", "1", "--", *root)
+    assert "load_shopping: barrier 6 written" in done.stderr, done.stderr
+    done = lockstep(iceberg_service, "exec", "user_spend", "--barriers", "1", "--", *spend)
+    assert "user_spend: barrier 6 written" in done.stderr, done.stderr
+    truth = {}
+    for (user, _item), (_amount, price) in expected_sums(6).items():
+        truth[user] = truth.get(user, 0) + price
+    table = _reader(iceberg_service).load_table("default.user_spend")
+    assert {r["user_id"]: r["spend"] for r in _rows(table, "lockstep_b6")} == truth

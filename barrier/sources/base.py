@@ -62,7 +62,17 @@ class GeneratorSource:
     """Deterministic rows per barrier, for demos and tests: same barrier, same rows.
 
     ``generate(barrier_id)`` returns the rows (dicts) of that barrier; ``schema`` is a Spark
-    DDL string such as ``"user_id string, item_id string, amount bigint"``.
+    DDL string such as ``"user_id string, item_id string, amount bigint"``. A barrier's cut
+    spans every barrier after the job's previous one (from the first, on its first): a
+    catch-up job that takes several barriers in one run reads the rows of all of them.
+
+    >>> from datetime import datetime, timezone
+    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    >>> feed = GeneratorSource("feed", lambda b: [{"n": b}], "n bigint")
+    >>> feed.plan_cut(Barrier(5, t), Barrier(2, t))
+    {'barrier_id': 5, 'after': 2}
+    >>> feed.rows({'barrier_id': 5, 'after': 2}), feed.rows({'barrier_id': 2})
+    ([{'n': 3}, {'n': 4}, {'n': 5}], [{'n': 2}])
     """
 
     name: str
@@ -75,11 +85,18 @@ class GeneratorSource:
         previous: Barrier | None,
         previous_cut: Mapping[str, Any] | None = None,
     ) -> Cut:
-        return {"barrier_id": barrier.barrier_id}
+        after = previous.barrier_id if previous is not None else 0
+        return {"barrier_id": barrier.barrier_id, "after": after}
+
+    def rows(self, cut: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The rows of the barriers in ``(after, barrier_id]`` (a cut persisted before
+        cuts spanned barriers names its barrier alone)."""
+        last = int(cut["barrier_id"])
+        after = int(cut.get("after", last - 1))
+        return [dict(r) for b in range(after + 1, last + 1) for r in self.generate(b)]
 
     def read(self, spark: SparkSession, cut: Mapping[str, Any]) -> DataFrame:
-        rows = [dict(r) for r in self.generate(int(cut["barrier_id"]))]
-        return spark.createDataFrame(rows, schema=self.schema)
+        return spark.createDataFrame(self.rows(cut), schema=self.schema)
 
 
 @dataclass(frozen=True)
