@@ -32,9 +32,9 @@ class JobSpec:
     """A job's declared managed sources and sinks (plus external sources, as metadata).
 
     ``catch_up``: a job that is behind takes all its pending barriers in one run, published
-    as the newest of them; the ones between are skipped for its sinks (docs/design.md §4a).
-    It is how the job runs, not what it reads and writes: registering the same job again
-    with another ``catch_up`` changes it.
+    as the newest of them; the ones between are skipped for its sinks (docs/design.md §4,
+    "Catch-up"). It is how the job runs, not what it reads and writes: registering the same
+    job again with another ``catch_up`` changes it.
 
     >>> JobSpec("sum_amount", sources=("shopping",), sinks=("user_item_amount",)).is_root
     False

@@ -4,7 +4,7 @@ A job that is behind (several barriers available to it) takes them all in one ru
 sources read at the newest, one commit, published as that barrier. The barriers between its
 progress and that one get no version of its sinks: they are *skipped* for them, and since
 resolution only ever picks a barrier every table it reads has a version of
-(``resolution/``), no consistent set includes a skipped barrier (docs/design.md §4a).
+(``resolution/``), no consistent set includes a skipped barrier (docs/design.md §4, "Catch-up").
 
 A barrier the job has started and not yet WRITTEN is its next one still, however many
 came since: a restarted instance replays exactly the barrier (and the persisted input cuts)
