@@ -12,133 +12,30 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from catalog_scene import FENCING, JOB, NS, REVISION, Scene, instance_headers, send
+from catalog_abuse_files import (
+    _client_code,
+    _folders_and_links,
+    _paths,
+)
+from catalog_probe import (
+    CREATE,
+    FIELD,
+    ORDERS,
+    SCHEMA,
+    SCRATCH,
+    SET_X,
+    TABLES,
+    TOTALS,
+    Probe,
+    _updates_on,
+    commit,
+    ident,
+)
+from catalog_scene import FENCING, JOB, NS, REVISION, Scene, instance_headers
 from service_fixtures import ADMIN_TOKEN, LOAD_JOB_TOKEN, READ_TOKEN
-
-# -- the corpus ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Probe:
-    name: str
-    method: str
-    path: str  # under /iceberg/v1 (or, starting with '//', the service's own path)
-    body: Any = None
-    token: str | None = ADMIN_TOKEN
-    headers: dict[str, str] = field(default_factory=dict)
-    repeated: tuple[tuple[str, str], ...] = ()  # headers sent more than once
-
-    def send(self, scene: Scene) -> httpx.Response:
-        url = (
-            scene.service.url + self.path[1:]
-            if self.path.startswith("//")
-            else scene.url(self.path)
-        )
-        if self.repeated:
-            return httpx.request(self.method, url, headers=list(self.repeated), timeout=30)
-        return send(self.method, url, self.token, self.body, self.headers)
-
-
-def _describe(update: dict[str, Any]) -> str:
-    """An update, in a few words: its action and what it aims at."""
-    stats = update.get("statistics") or update.get("partition-statistics") or {}
-    aim = (
-        update.get("ref-name")
-        or ",".join(update.get("updates", {}))
-        or update.get("location")
-        or (update.get("schema") or {}).get("fields", [{}])[0].get("type")
-        or next(iter(update.get("spec", {}).get("fields", [])), {}).get("transform")
-        or update.get("format-version")
-        or stats.get("statistics-path")
-        or (update.get("snapshot") or {}).get("manifest-list")
-    )
-    return f"{update['action']}({aim})" if aim else str(update["action"])
-
-
-def _updates_on(path: str, *updates: dict[str, Any], **kw: Any) -> Probe:
-    label = "+".join(_describe(u) for u in updates)
-    who = {ADMIN_TOKEN: "", READ_TOKEN: " by a reader", LOAD_JOB_TOKEN: " by load's token"}
-    headers = "".join(f" {k}={v}" for k, v in kw.get("headers", {}).items())
-    name = f"{label} on {path.rsplit('/', 1)[-1]}{who[kw.get('token', ADMIN_TOKEN)]}{headers}"
-    return Probe(name, "POST", path, commit(*updates), **kw)
-
-
-def commit(*updates: dict[str, Any]) -> dict[str, Any]:
-    return {"requirements": [], "updates": list(updates)}
-
-
-def ident(name: str) -> dict[str, Any]:
-    return {"namespace": [NS], "name": name}
-
-
-TABLES = f"/namespaces/{NS}/tables"
-ORDERS, SCRATCH, TOTALS = (f"{TABLES}/{t}" for t in ("orders", "scratch", "totals"))
-FIELD = {"id": 1, "name": "user_id", "type": "string", "required": False}
-SCHEMA = {"type": "struct", "schema-id": 1, "fields": [FIELD]}
-CREATE = {"name": "t", "schema": {"type": "struct", "fields": [FIELD]}}
-SET_X = {"action": "set-properties", "updates": {"x": "1"}}
-
-
-def _paths(scene: Scene) -> list[Probe]:
-    """Paths outside the warehouse, in every field that holds one."""
-    wh, out = f"file://{scene.service.warehouse}", f"file://{scene.outside}"
-    snapshot = scene.snapshots["orders"]
-    stats = {"snapshot-id": snapshot, "file-size-in-bytes": 4, "file-footer-size-in-bytes": 1}
-    locations = [f"{out}/t", f"{wh}/../outside/t", f"{wh}/t?x=1", f"{wh}/t#x"]
-    probes = [Probe(f"create at {x}", "POST", TABLES, {**CREATE, "location": x}) for x in locations]
-    updates = [
-        {
-            "action": "set-statistics",
-            "snapshot-id": snapshot,
-            "statistics": {**stats, "statistics-path": f"{out}/victim.txt", "blob-metadata": []},
-        },
-        {
-            "action": "set-partition-statistics",
-            "partition-statistics": {
-                **stats,
-                "statistics-path": str(scene.outside / "victim2.txt"),
-            },
-        },
-        {"action": "set-location", "location": f"{out}/moved"},
-        {"action": "set-properties", "updates": {"write.metadata.path": out}},
-        {"action": "set-properties", "updates": {"write.data.path": out}},
-        {
-            "action": "add-snapshot",
-            "snapshot": {
-                "snapshot-id": 77,
-                "timestamp-ms": 1,
-                "manifest-list": f"{out}/victim.txt",
-                "summary": {"operation": "append"},
-                "schema-id": 0,
-            },
-        },
-    ]
-    probes += [_updates_on(SCRATCH, u) for u in updates]
-    return [
-        *probes,
-        Probe(
-            "namespace outside",
-            "POST",
-            "/namespaces",
-            {"namespace": ["evil"], "properties": {"location": out}},
-        ),
-        Probe(
-            "namespace moved outside",
-            "POST",
-            f"/namespaces/{NS}/properties",
-            {"updates": {"location": out}},
-        ),
-        Probe(
-            "register an outside file",
-            "POST",
-            f"/namespaces/{NS}/register",
-            {"name": "reg", "metadata-location": f"{out}/victim.txt"},
-        ),
-    ]
 
 
 def _every_update_type(scene: Scene) -> list[Probe]:
@@ -395,166 +292,6 @@ def _beyond_role(scene: Scene) -> list[Probe]:
         Probe("a job token issues a barrier", "POST", "//v1/barriers", None, job),
         Probe("no token", "POST", TABLES, CREATE, None),
         Probe("two Authorization headers", "GET", ORDERS, None, None, repeated=twice),
-    ]
-
-
-# Properties a reader would take as its own code or settings, as an attacker would set them:
-# each matches exactly one entry of client_properties.REFUSED, and every entry has one here,
-# so an entry taken out leaves its properties accepted (test_iceberg_rest_client_properties.py)
-CLIENT_CODE: dict[str, str] = {
-    "py-io-impl": "os.system",  # *-impl: pyiceberg imports and calls it (#48's finding)
-    "PY-IO-IMPL": "os.system",
-    "io-impl": "com.evil.FileIO",
-    "write.py-location-provider.impl": "os.system",  # *.impl
-    "write.location-provider.impl": "com.evil.LocationProvider",
-    "parquet.crypto.factory.class": "com.evil.CryptoFactory",  # *.class
-    "s3.signer.uri": "http://attacker.invalid",  # s3.*: the signer posts the reader's token
-    "s3.endpoint": "http://attacker.invalid",
-    "client.access-key-id": "AKIAEVIL",  # client.*
-    "gcs.service.host": "http://attacker.invalid",  # gcs.*
-    "adls.account-host": "attacker.invalid",  # adls.*
-    "hdfs.kerberos_ticket": "/tmp/krb5cc_evil",  # hdfs.*: a path on the reader's machine
-    "hf.endpoint": "http://attacker.invalid",  # hf.*
-    "header.Authorization": "Bearer evil",  # header.*
-    "uri": "http://attacker.invalid",  # uri
-    "token": "evil",  # token
-}
-
-
-READER_CALLS: list[dict[str, str]] = []  # what reader_code heard
-
-
-def reader_code(properties: dict[str, str]) -> None:
-    """Code a table property could name for its readers (``py-io-impl =
-    catalog_abuse.reader_code``): stock pyiceberg imports it and calls it with the reader's
-    catalog properties, its token among them. It records the call."""
-    READER_CALLS.append(dict(properties))
-
-
-def _client_code(scene: Scene) -> list[Probe]:
-    """Properties that would make a table's readers import code or take settings from the
-    table (#48 item 1), through every door: commits, creates, transactions, registers."""
-    code = {"py-io-impl": "os.system"}
-    set_code = {"action": "set-properties", "updates": code}
-    creation = [
-        {"action": "assign-uuid", "uuid": str(uuid.uuid4())},
-        {"action": "upgrade-format-version", "format-version": 2},
-        {"action": "add-schema", "schema": SCHEMA},
-        {"action": "set-current-schema", "schema-id": -1},
-        {"action": "add-spec", "spec": {"spec-id": 0, "fields": []}},
-        {"action": "set-default-spec", "spec-id": -1},
-        {"action": "add-sort-order", "sort-order": {"order-id": 0, "fields": []}},
-        {"action": "set-default-sort-order", "sort-order-id": -1},
-        {"action": "set-location", "location": f"file://{scene.service.warehouse}/{NS}/code_tx"},
-        set_code,
-    ]
-    create_tx = [{"identifier": ident("code_tx"), "requirements": [{"type": "assert-create"}]}]
-    scratch_tx = [{"identifier": ident("scratch"), "requirements": [], "updates": [set_code]}]
-    return [
-        *(
-            _updates_on(SCRATCH, {"action": "set-properties", "updates": {k: v}})
-            for k, v in CLIENT_CODE.items()
-        ),
-        _updates_on(
-            ORDERS, set_code, token=LOAD_JOB_TOKEN, headers=instance_headers(scene, "load")
-        ),
-        Probe(
-            "create with py-io-impl", "POST", TABLES, {**CREATE, "name": "code", "properties": code}
-        ),
-        Probe(
-            "stage-create with py-io-impl",
-            "POST",
-            TABLES,
-            {**CREATE, "name": "code_staged", "properties": code, "stage-create": True},
-        ),
-        Probe(
-            "create-transaction setting py-io-impl",
-            "POST",
-            "/transactions/commit",
-            {"table-changes": [{**create_tx[0], "updates": creation}]},
-        ),
-        Probe(
-            "transaction setting py-io-impl on scratch",
-            "POST",
-            "/transactions/commit",
-            {"table-changes": scratch_tx},
-        ),
-        Probe(
-            "register metadata with py-io-impl",
-            "POST",
-            f"/namespaces/{NS}/register",
-            {"name": "code_registered", "metadata-location": scene.planted["client code"]},
-        ),
-    ]
-
-
-def _folders_and_links(scene: Scene) -> list[Probe]:
-    """Folders outside the warehouse at creation (#48 item 5) and paths through symbolic
-    links planted in the warehouse that lead out of it (#48 item 2)."""
-    out = f"file://{scene.outside}"
-    folders = ("write.data.path", "write.object-storage.path", "write.folder-storage.path")
-    register = f"/namespaces/{NS}/register"
-    linked_folder = scene.planted["a link to a folder outside"]
-    snapshot = scene.metadata["scratch"]["metadata"]["current-snapshot-id"]
-    statistics = {
-        "snapshot-id": snapshot,
-        "statistics-path": f"{linked_folder}/victim.txt",
-        "file-size-in-bytes": 4,
-        "file-footer-size-in-bytes": 1,
-        "blob-metadata": [],
-    }
-    return [
-        *(
-            Probe(
-                f"create with {k} outside",
-                "POST",
-                TABLES,
-                {**CREATE, "name": f"folders{i}", "properties": {k: f"{out}/x"}},
-            )
-            for i, k in enumerate(folders)
-        ),
-        Probe(
-            "stage-create with write.object-storage.path outside",
-            "POST",
-            TABLES,
-            {
-                **CREATE,
-                "name": "folders_staged",
-                "properties": {"write.object-storage.path": f"{out}/x"},
-                "stage-create": True,
-            },
-        ),
-        *(
-            _updates_on(SCRATCH, {"action": "set-properties", "updates": {k: f"{out}/x"}})
-            for k in folders[1:]  # write.data.path: _paths has it
-        ),
-        Probe(
-            "register metadata with a folder outside",
-            "POST",
-            register,
-            {"name": "folders_registered", "metadata-location": scene.planted["folder outside"]},
-        ),
-        Probe(
-            "register a metadata file that is a link out",
-            "POST",
-            register,
-            {"name": "linked", "metadata-location": scene.planted["a link to a file outside"]},
-        ),
-        Probe(
-            "register a metadata file through a linked folder",
-            "POST",
-            register,
-            {
-                "name": "linked2",
-                "metadata-location": f"{linked_folder}/stolen.metadata.json",
-            },
-        ),
-        Probe(
-            "set-statistics through a linked folder on scratch",
-            "POST",
-            SCRATCH,
-            commit({"action": "set-statistics", "snapshot-id": snapshot, "statistics": statistics}),
-        ),
     ]
 
 

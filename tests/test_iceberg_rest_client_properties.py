@@ -5,7 +5,7 @@ A job may set its own sink's properties; ``py-io-impl = os.system`` on it made e
 pyiceberg reader of the sink import and call ``os.system`` with its own catalog properties,
 token included. No one may set such a property, at any door (create, staged create, commit,
 transaction, register), and a table that has one from before is served without it. The
-corpus (``catalog_abuse.CLIENT_CODE``) holds one property per entry of the rule, each
+corpus (``catalog_abuse_files.CLIENT_CODE``) holds one property per entry of the rule, each
 matched by that entry alone, so an entry taken out fails here and in the abuse corpus.
 """
 
@@ -20,7 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from catalog_abuse import CLIENT_CODE, READER_CALLS, SCHEMA, ident
+from catalog_abuse_files import CLIENT_CODE, READER_CALLS
+from catalog_probe import SCHEMA, ident
 from catalog_scene import NS, Scene, build_scene, instance_headers, send
 from iceberg_rest_fixtures import CatalogService, serve_catalog
 from service_fixtures import ADMIN_TOKEN, LOAD_JOB_TOKEN, READ_TOKEN
@@ -29,7 +30,7 @@ pytest.importorskip("pyiceberg")
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import BadRequestError
 
-READER_CODE = {"py-io-impl": "catalog_abuse.reader_code"}
+READER_CODE = {"py-io-impl": "catalog_abuse_files.reader_code"}
 TABLES = f"/namespaces/{NS}/tables"
 FIELD = {"id": 1, "name": "user_id", "type": "string", "required": False}
 CREATE = {"name": "t", "schema": {"type": "struct", "fields": [FIELD]}}

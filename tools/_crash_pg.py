@@ -3,7 +3,9 @@
 The harness restarts it in the middle of a barrier (a fault), so it is a private cluster
 in a temporary directory of its own, never a server something else uses: Debian's ``initdb`` and
 ``pg_ctl`` (as the ``postgres`` user when the harness runs as root, which PostgreSQL
-refuses to be), on a free loopback port, stopped at the end of the run.
+refuses to be), on a free loopback port, stopped at the end of the run, or by the
+harness's reaper (:mod:`_reaper`) if the harness dies first: ``pg_ctl`` starts the server in
+a session of its own, which nothing else would end.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import contextlib
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -19,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from _reaper import at_death, forget_command, forget_group, watch_group
 
 START_TIMEOUT_S = 120
 IDLE_IN_TRANSACTION_MS = 5_000  # a platform's setting: see _options
@@ -53,19 +58,12 @@ class PgCluster:
         """An SQLAlchemy URL of one of the cluster's databases."""
         return f"postgresql+psycopg://{self.user}@127.0.0.1:{self.port}/{database}"
 
+    def _ctl_argv(self, *args: str) -> list[str]:
+        pg_ctl = str(self.bin_dir / "pg_ctl")
+        return [*self._as_postgres, pg_ctl, "-D", str(self.root / "data"), *args]
+
     def _ctl(self, *args: str) -> None:
-        subprocess.run(
-            [
-                *self._as_postgres,
-                str(self.bin_dir / "pg_ctl"),
-                "-D",
-                str(self.root / "data"),
-                *args,
-            ],
-            check=True,
-            capture_output=True,
-            timeout=START_TIMEOUT_S,
-        )
+        _run_to_end(self._ctl_argv(*args))
 
     @classmethod
     def create(cls, port: int) -> PgCluster:
@@ -77,10 +75,15 @@ class PgCluster:
                 "PostgreSQL's initdb was not found (Debian: apt-get install postgresql)"
             )
         cluster = cls(Path(tempfile.mkdtemp(prefix="lockstep-crash-pg-")), port, bin_dir)
+        at_death(
+            cluster.reaper_key,
+            cluster._ctl_argv("-m", "immediate", "stop"),
+            ["rm", "-rf", str(cluster.root)],
+        )
         try:
             cluster.start()
         except BaseException:
-            shutil.rmtree(cluster.root, ignore_errors=True)
+            cluster.stop()  # a server that came up too late, its folder, the reaper's order
             raise
         return cluster
 
@@ -88,7 +91,7 @@ class PgCluster:
         """Create the cluster (``fsync`` off: a test server) and start it."""
         if self._as_postgres:
             shutil.chown(self.root, "postgres")
-        subprocess.run(
+        _run_to_end(
             [
                 *self._as_postgres,
                 str(self.bin_dir / "initdb"),
@@ -99,10 +102,7 @@ class PgCluster:
                 "-U",
                 self.user,
                 "--no-sync",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=START_TIMEOUT_S,
+            ]
         )
         self._ctl("-l", str(self.root / "log"), "-w", "-o", self._options(), "start")
 
@@ -116,6 +116,11 @@ class PgCluster:
         with contextlib.suppress(subprocess.SubprocessError):
             self._ctl("-m", "immediate", "stop")
         shutil.rmtree(self.root, ignore_errors=True)
+        forget_command(self.reaper_key)
+
+    @property
+    def reaper_key(self) -> str:
+        return f"postgresql {self.root}"
 
     def create_database(self, name: str) -> str:
         """A new database; its URL."""
@@ -137,6 +142,30 @@ class PgCluster:
             f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
             f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
         )
+
+
+def _run_to_end(argv: list[str]) -> None:
+    """Run ``initdb`` or ``pg_ctl`` (CalledProcessError if it fails) in a session of its
+    own, which the reaper lets finish if the harness dies meanwhile: a ``pg_ctl start`` cut
+    off would leave its server starting after the reaper stopped it."""
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    watch_group(process.pid, wait=True)
+    try:
+        out, err = process.communicate(timeout=START_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        forget_group(process.pid)
+        process.communicate()
+        raise
+    forget_group(process.pid)
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, argv, out, err)
 
 
 def service_cluster() -> tuple[PgCluster, str]:

@@ -3,6 +3,8 @@
 Each runs in a session (process group) of its own, so a kill takes a job process's Spark
 JVM down with it, as a crashed container would, a pause (SIGSTOP) freezes both as a
 frozen container or VM would, and the harness never signals anything it did not start.
+Each group is also left to the harness's reaper (:mod:`_reaper`) while it runs, so that
+a harness that is itself killed leaves none of them behind.
 Output (stdout and stderr) of every start is appended to one log per
 process, after a header line, so the harness can show why a process failed.
 """
@@ -17,6 +19,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from _reaper import forget_group, watch_group
 
 from lockstep.barrier.runtime.runner import FAULT_ENV
 
@@ -60,6 +64,7 @@ class Managed:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        watch_group(self.popen.pid)
         self.started_at = time.monotonic()
 
     @property
@@ -76,14 +81,14 @@ class Managed:
             return None
         if self.popen.returncode is None and self._exited():
             self._kill_group()  # e.g. a JVM left behind by a Python killed at a fault point
-            self.popen.wait()
+            self._reap()
         return self.popen.returncode
 
     def kill(self) -> None:
         """SIGKILL the process and everything in its group, and reap it."""
         if self.popen is not None and self.popen.returncode is None:
             self._kill_group()
-            self.popen.wait()
+            self._reap()
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGTERM the process (a clean shutdown), SIGKILL its group if it lingers."""
@@ -132,6 +137,13 @@ class Managed:
         assert self.popen is not None
         info = os.waitid(os.P_PID, self.popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         return info is not None
+
+    def _reap(self) -> None:
+        """Reap the leader (its group killed): the reaper forgets the group first, as its
+        id is free for reuse once the leader is reaped."""
+        assert self.popen is not None
+        forget_group(self.popen.pid)
+        self.popen.wait()
 
     def _kill_group(self) -> None:
         """SIGKILL the group; only called while the leader is running or unreaped."""

@@ -1,7 +1,8 @@
 """What the tools' servers share: a JDK's version, and stopping a process group.
 
 The servers the tests and tools start (Kafka, Trino, Spark Connect, ``lockstep serve``)
-each run in a process group of their own, so that a JVM and whatever it forked go with it.
+each run in a process group of their own, so that a JVM and whatever it forked go with it;
+the crash harness's servers are also left to its reaper (:mod:`_reaper`) while they run.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import re
 import signal
 import subprocess
 from pathlib import Path
+
+from _reaper import forget_group
 
 
 def java_major(home: Path) -> int | None:
@@ -30,7 +33,9 @@ def java_major(home: Path) -> int | None:
 
 
 def stop_group(process: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
-    """SIGTERM ``process``'s group, SIGKILL it after ``grace_s``; reaped either way."""
+    """SIGTERM ``process``'s group, SIGKILL it after ``grace_s``; reaped either way (and
+    forgotten by the reaper first, if it was left to it)."""
+    forget_group(process.pid)
     if process.poll() is not None:
         return
     os.killpg(process.pid, signal.SIGTERM)

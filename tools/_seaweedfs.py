@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any
 
 from _processes import stop_group
+from _reaper import watch_group
 
 START_TIMEOUT_S = 60.0
 GRPC_OFFSET = 10_000  # SeaweedFS's: a server's gRPC port is its HTTP port + 10000
@@ -145,6 +146,7 @@ class SeaweedS3:
                 start_new_session=True,
                 cwd=self.folder,
             )
+            watch_group(self.process.pid)  # ended with the tool, however it ends
         try:
             self._wait_ready()
         except BaseException:

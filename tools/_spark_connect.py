@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 
 from _processes import stop_group
+from _reaper import watch_group
 
 START_TIMEOUT_S = 180.0
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -98,6 +99,7 @@ class ConnectServer:
             start_new_session=True,
             cwd=self.folder,
         )
+        watch_group(self.process.pid)  # ended with the tool, however it ends
         try:
             self._wait_ready()
         except BaseException:
