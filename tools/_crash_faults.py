@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, ClassVar
 
+from _crash_last_words import last_words, why_it_ended
 from _crash_procs import START_MARK
 
 if TYPE_CHECKING:
@@ -83,9 +84,11 @@ class JobPause:
         run.result.fenced_exits += refused
         run.log(f"{self.ghost.name} ended ({code})" + (", its calls refused" if refused else ""))
         if code == 0 or not refused:
+            output = self.ghost.last_output(max_chars=200_000)
             run.result.errors.append(
                 f"{self.ghost.name}, resumed after its replacement attached, ended with "
-                f"{code} without a refusal: {self.ghost.last_output().strip()[-500:]}"
+                f"{code} without a refusal: {why_it_ended(output)}; its last lines:\n"
+                + last_words(output)
             )
         return True
 

@@ -128,8 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     by_id = {job.job_id: job for job in pipeline_jobs(args.catch_up)}
     ls = lockstep.connect(args.target, warehouse=args.warehouse)
     print(catalog_line(ls), flush=True)
-    jvm = " ".join(["-Dderby.system.home=/tmp", *LOCAL_JVM_OPTIONS, CODE_CACHE])
-    spark = ls.spark(**{"spark.driver.extraJavaOptions": jvm})
+    # Spark's scratch (its copy of the jars, ~47 MB, and block files) in the run's folder:
+    # a JVM killed by the harness never removes it, and in /tmp it outlived every run
+    scratch = args.run_dir / "spark-scratch"
+    jvm = " ".join([f"-Dderby.system.home={scratch}", *LOCAL_JVM_OPTIONS, CODE_CACHE])
+    spark = ls.spark(**{"spark.driver.extraJavaOptions": jvm, "spark.local.dir": str(scratch)})
     stop = threading.Event()
     failed: list[str] = []
 

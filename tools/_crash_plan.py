@@ -53,7 +53,7 @@ class RunPlan:
     issue_lag: int = 3
     issue_root_lag: int = 1  # the roots get the next barrier while they finish this one
     issue_min_interval_s: float = 1.0
-    drain_timeout_s: float = 300.0
+    drain_timeout_s: float = 300.0  # the jobs writing nothing this long at the end: stuck
     catalog: Mapping[str, Any] | None = None  # a [catalog] table; None: the home's Hadoop one
     # "local": the tables on the local disk (as above); "s3": on a SeaweedFS of the run's
     # own, a bucket per run, through the served REST catalog (service) or Iceberg's JDBC

@@ -167,13 +167,3 @@ class Managed:
         except FileNotFoundError:
             return ""
         return text[text.rfind(START_MARK) :][-max_chars:]
-
-
-def why_it_ended(output: str) -> str:
-    """What a process's output says about why it ended: its last exception line (a Java
-    or Python exception's name and message), else its last line that is not a stack
-    frame."""
-    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
-    said = [line for line in lines if not line.startswith(("at ", "File ", "..."))]
-    errors = [line for line in said if "Exception" in line or "Error" in line]
-    return (errors or said or [""])[-1][:500]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import socket
 import sys
 import time
@@ -35,9 +34,10 @@ from _crash_expected import explained
 from _crash_faults import JobPause, LeaderPause, MidBarrierRestart, S3Restart
 from _crash_issuer import STOP_FILE as STOP_ISSUER
 from _crash_jobs import FINAL_FILE, JOB_PROCESSES, said_catalogs
+from _crash_last_words import last_words, why_it_ended
 from _crash_pg import PgCluster, service_cluster, service_store
 from _crash_plan import RunPlan, RunResult
-from _crash_procs import Managed, why_it_ended
+from _crash_procs import Managed
 from _crash_reader import READS_FILE
 from _crash_reader import STOP_FILE as STOP_READERS
 from _crash_s3 import (
@@ -56,10 +56,12 @@ from lockstep.barrier.runtime.runner import FAULT_POINTS
 from lockstep.config import CONFIG_FILE, settings_text
 from lockstep.errors import LockstepError
 
-__all__ = ["CrashRun", "RunPlan", "RunResult", "fresh_workdir"]
+__all__ = ["CrashRun", "RunPlan", "RunResult"]
 
 TOOLS = Path(__file__).resolve().parent
 POLL_S = 0.2
+HARNESS_LOG = "harness.log"  # what the run did and when, kept however quiet it is (say=False)
+DRAIN_LOOK_S = 5.0  # how often the drain looks whether the jobs still write
 OUTPUT_CHARS = 200_000  # a start's output searched for why it ended (Java traces are long)
 T = TypeVar("T")
 
@@ -138,8 +140,11 @@ class CrashRun:
         return catalog
 
     def log(self, message: str) -> None:
+        line = f"[{time.monotonic() - self._t0:6.1f}s] {message}"
+        with (self.workdir / HARNESS_LOG).open("a") as out:  # beside its children's logs
+            out.write(line + "\n")
         if self._say:
-            print(f"[{time.monotonic() - self._t0:6.1f}s] {message}", flush=True)
+            print(line, flush=True)
 
     # -- the store, as the harness sees it (None while PostgreSQL restarts) ---------------------
 
@@ -338,6 +343,8 @@ class CrashRun:
                 output = process.last_output(max_chars=OUTPUT_CHARS)
                 message = f"{process.name} exited with {code}: {why_it_ended(output)}"
                 expected = explained(self, process, output)
+                if not expected:  # with its last words: CI's temporary folder goes with it
+                    message += f" (log {process.log}); its last lines:\n{last_words(output)}"
                 (self.result.expected_errors if expected else self.result.errors).append(message)
                 self.log(message)
             if process in self.jobs:
@@ -448,8 +455,15 @@ class CrashRun:
         final = self.ls.barriers(limit=1)[0].barrier_id
         (self.workdir / FINAL_FILE).write_text(str(final))
         self.log(f"issuing stopped at barrier {final}; letting the jobs finish")
+        # a deadline from the last progress, not from the start: on a loaded machine a
+        # job process restarted at the end takes minutes to start its JVM and catch up
         deadline = time.monotonic() + self.plan.drain_timeout_s
+        written, looked = self.written_now(), time.monotonic()
         while any(j.poll() != 0 for j in self.jobs):
+            if time.monotonic() - looked >= DRAIN_LOOK_S:
+                now_written, looked = self.written_now(), time.monotonic()
+                if now_written and now_written != written:
+                    written, deadline = now_written, looked + self.plan.drain_timeout_s
             if time.monotonic() > deadline:
                 written = self.written_now()
                 stuck = "".join(
@@ -481,16 +495,3 @@ class CrashRun:
 def _utc(moment: datetime) -> datetime:
     """The store's naive timestamps are UTC."""
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
-
-
-def fresh_workdir(parent: Path | None, name: str) -> Path:
-    """A new directory for a run (under ``parent``, or a temporary one)."""
-    import tempfile
-
-    if parent is None:
-        return Path(tempfile.mkdtemp(prefix=f"lockstep-crash-{name}-"))
-    path = parent / name
-    if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
-    return path

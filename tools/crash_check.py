@@ -51,12 +51,13 @@ if __name__ == "__main__":  # the installed lockstep, not the root's folder (_in
 
 import argparse
 import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 
 from _crash_catch_up import CatchUpReport, with_catch_up
 from _crash_plan import WAREHOUSES
-from _crash_run import CrashRun, RunPlan, RunResult, fresh_workdir
+from _crash_run import CrashRun, RunPlan, RunResult
 from _crash_truth import LEVELS, LevelReport, TableReport
 
 from lockstep.cli.target import catalog_table
@@ -69,6 +70,17 @@ def run_once(plan: RunPlan, workdir: Path | None = None, *, say: bool = True) ->
     """One run on a fresh home (in ``workdir``, or a temporary directory)."""
     path = fresh_workdir(workdir, f"{plan.coordinator}-{plan.seed}")
     return CrashRun(plan, path, say=say).run()
+
+
+def fresh_workdir(parent: Path | None, name: str) -> Path:
+    """A new directory for a run (under ``parent``, or a temporary one)."""
+    if parent is None:
+        return Path(tempfile.mkdtemp(prefix=f"lockstep-crash-{name}-"))
+    path = parent / name
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
 
 
 def summary(results: Sequence[RunResult]) -> str:
