@@ -6,7 +6,7 @@ PKG_DIRS := $(shell find lockstep topology barrier readers meta_tables examples 
 
 .PHONY: demo test test-fast test-spark4 servers lint typecheck format clean bench bench-coordinator bench-scaling \
 	bench-pipeline bench-platform bench-exec bench-exec-connect bench-pace crash-check crash-check-exec \
-	crash-check-s3 crash-check-catch-up demo-s3 bench-storage engines-check
+	crash-check-s3 crash-check-catch-up crash-harness-runs demo-s3 bench-storage engines-check
 
 # The venv, with the project installed editable (strict mode: a link tree that type checkers
 # and tools can follow). Re-installed when pyproject.toml changes or a package file is added.
@@ -156,6 +156,12 @@ engines-check: $(VENV)/.installed $(SPARK4_VENV)/.installed servers
 
 crash-check-exec: $(VENV)/.installed
 	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --jobs exec
+
+# CI's short crash-harness tests under two workers, RUNS times, each in a fresh clone of HEAD
+# (tools/clean_clone_runs.py: committed work only; a failed run kept whole, its path printed)
+RUNS ?= 20
+crash-harness-runs: $(VENV)/.installed
+	$(BIN)/python tools/clean_clone_runs.py --runs $(RUNS)
 
 # the same on an object store: a SeaweedFS per run, restarted mid-barrier (tools/_crash_s3.py)
 crash-check-s3: $(VENV)/.installed
