@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find lockstep topology barrier readers meta_tables examples -type d -not -name __pycache__)
 
 .PHONY: demo test test-fast test-spark4 servers lint typecheck format clean bench bench-coordinator bench-scaling \
-	bench-pipeline bench-platform bench-exec bench-exec-connect bench-pace crash-check crash-check-exec \
+	bench-pipeline bench-platform bench-exec bench-exec-connect bench-pace bench-health crash-check crash-check-exec \
 	crash-check-s3 crash-check-catch-up crash-harness-runs demo-s3 bench-storage engines-check
 
 # The venv, with the project installed editable (strict mode: a link tree that type checkers
@@ -142,6 +142,11 @@ bench-exec: $(VENV)/.installed
 # a cap on barriers in flight, and the cap with catch-up (30 barriers each: ~9 min here)
 bench-pace: $(VENV)/.installed
 	$(BIN)/python bench/pipeline_pace.py
+
+# /healthz on the service's port and on its health port while 30 threads load tables of the
+# served catalog (#48): 3 rounds of a baseline and a flood of 300 loads (~1 min here)
+bench-health: $(VENV)/.installed
+	$(BIN)/python bench/health_under_load.py
 
 CRASH_MINUTES ?= 10
 crash-check: $(VENV)/.installed

@@ -64,10 +64,13 @@ def s3_iceberg_lines(s3: Any) -> str:
 
 
 @contextmanager
-def lockstep_serve(home: Path, warehouse: str, iceberg_lines: str = "") -> Iterator[Served]:
+def lockstep_serve(
+    home: Path, warehouse: str, iceberg_lines: str = "", settings_lines: str = ""
+) -> Iterator[Served]:
     """``lockstep serve --config home/service.toml`` in its own process: a SQLite store in
     ``home``, the Iceberg REST catalog over ``warehouse`` with ``iceberg_lines`` in its
-    ``[iceberg]`` table, an admin and a read token. Stopped (SIGTERM) at the end."""
+    ``[iceberg]`` table (and ``settings_lines`` before it), an admin and a read token.
+    Stopped (SIGTERM) at the end."""
     _tests_helpers()
     from ports import free_port
 
@@ -80,7 +83,7 @@ def lockstep_serve(home: Path, warehouse: str, iceberg_lines: str = "") -> Itera
     tokens.chmod(0o600)
     config = home / "service.toml"
     config.write_text(
-        f'store = "sqlite:///{home / "svc.db"}"\ntoken_file = "{tokens}"\n'
+        f'store = "sqlite:///{home / "svc.db"}"\ntoken_file = "{tokens}"\n{settings_lines}'
         f'[iceberg]\nwarehouse = "{warehouse}"\n{iceberg_lines}'
     )
     config.chmod(0o600)  # it holds the store's keys

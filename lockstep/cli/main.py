@@ -419,6 +419,13 @@ def _add_serve_command(sub: Any, cmds: _Commands) -> None:
         action="store_true",
         help="log a line per request to stderr (client, request, status, time)",
     )
+    serve.add_argument(
+        "--health-port",
+        type=port,
+        metavar="PORT",
+        help="also answer GET /healthz on PORT, promptly however busy the service is "
+        "(for an orchestrator's liveness probe)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

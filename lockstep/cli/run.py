@@ -278,6 +278,7 @@ def cmd_serve(args: argparse.Namespace) -> Output:
         "barrier_min_interval_s": args.barrier_min_interval,
         "workers": args.workers,
         "access_log": args.access_log or None,
+        "health_port": args.health_port,
     }
     given = {k: v for k, v in flags.items() if v is not None}  # the rest: environment, file
     settings = ServiceSettings.load(args.config, **given)

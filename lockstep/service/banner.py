@@ -60,7 +60,7 @@ def banner(
         )
     rows += [
         ("metrics", f"{base}/metrics"),
-        ("health", f"{base}/healthz"),
+        ("health", _health(settings, base)),
         ("auth", _auth(settings, tokens)),
         ("store", redacted_url(settings.store)),
     ]
@@ -88,6 +88,13 @@ def banner(
     head = f"Lockstep coordinator on {base}" + (" (every interface)" if everywhere else "")
     width = max(len(name) for name, _ in rows)
     return "\n".join([head, *(f"  {name:<{width}}  {what}" for name, what in rows)])
+
+
+def _health(settings: ServiceSettings, base: str) -> str:
+    if settings.health_port is None:
+        return f"{base}/healthz"
+    own = base_url(settings.host, settings.health_port)
+    return f"{base}/healthz, and {own}/healthz for liveness probes (a process of its own)"
 
 
 def _auth(settings: ServiceSettings, tokens: Mapping[str, Grant] | None) -> str:

@@ -12,6 +12,10 @@ runs out and another replica's issuer takes over.
 coordinator N processes serve about N times the calls. Each process is a replica as
 above; their long polls are woken across processes by PostgreSQL ``NOTIFY``, which is why
 SQLite, whose writers in one process cannot wake waiters in another, runs one process.
+
+``health_port`` answers ``/healthz`` from a small process of its own as well, in
+milliseconds however busy the routes keep this one (``health.py``): the port for an
+orchestrator's liveness probe.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from lockstep.service.connections import (
     GuardedHttp,
     connection_cap,
 )
+from lockstep.service.health import HealthProcess
 from lockstep.service.settings import ServiceSettings
 from lockstep.stores import is_embedded, open_store
 
@@ -88,6 +93,16 @@ def serve(settings: ServiceSettings) -> None:
         return
     GuardedHttp.configure(limits)
     app, store, ticker = _build(settings, tokens)
+    health = _health_process(settings, app)
+    if health is not None:
+        try:
+            health.start()
+        except OSError as e:
+            store.close()
+            raise ConfigurationError(
+                f"cannot answer health checks on {settings.host}:{settings.health_port} "
+                f"(health_port): {e.strerror or e}"
+            ) from e
     if ticker is not None:
         ticker.start()
     if threading.current_thread() is threading.main_thread():
@@ -102,7 +117,21 @@ def serve(settings: ServiceSettings) -> None:
     finally:
         if ticker is not None:
             ticker.stop()
+        if health is not None:
+            health.stop()
         store.close()
+
+
+def _health_process(
+    settings: ServiceSettings, app: FastAPI, *, reuse_port: bool = False
+) -> HealthProcess | None:
+    """The liveness process on ``health_port`` (None without one), not started, hearing
+    ``app``'s event loop beat from its start to its shutdown."""
+    if settings.health_port is None:
+        return None
+    health = HealthProcess(settings.host, settings.health_port, reuse_port=reuse_port)
+    app.router.on_startup.append(health.beat)
+    return health
 
 
 def _uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
@@ -130,14 +159,20 @@ def worker_app() -> Any:
     tokens = load_tokens(settings.token_file) if settings.token_file else None
     GuardedHttp.configure(_limits(settings))
     app, store, ticker = _build(settings, tokens)
+    # every worker has a health process on the health port, answering for its own loop
+    health = _health_process(settings, app, reuse_port=True)
 
     def start() -> None:
+        if health is not None:
+            health.start()
         if ticker is not None:
             ticker.start()
 
     def stop() -> None:
         if ticker is not None:
             ticker.stop()
+        if health is not None:
+            health.stop()
         store.close()
 
     app.router.on_startup.append(start)
@@ -163,6 +198,11 @@ def _check(settings: ServiceSettings) -> dict[str, Grant] | None:
                 "other machines, or --host 127.0.0.1"
             )
         log.warning("no token file: every local same-origin request is admin (development only)")
+    if settings.health_port == settings.port:
+        raise ConfigurationError(
+            f"health_port {settings.health_port} is the service's port: give another "
+            "(a process of its own answers liveness probes there)"
+        )
     if settings.workers > 1 and not settings.store.startswith("postgresql"):
         raise ConfigurationError(
             f"workers = {settings.workers} needs a PostgreSQL store: on SQLite a write in one "
@@ -259,6 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--barrier-min-interval", type=float, help="on demand, N s apart")
     parser.add_argument("--workers", type=int, help="processes serving (PostgreSQL only)")
     parser.add_argument("--access-log", action="store_true", help="a line per request")
+    parser.add_argument("--health-port", type=int, help="/healthz from a process of its own")
     args = parser.parse_args(argv)
     overrides = {
         k: v
@@ -273,6 +314,7 @@ def main(argv: list[str] | None = None) -> None:
             "barrier_min_interval_s": args.barrier_min_interval,
             "workers": args.workers,
             "access_log": args.access_log or None,
+            "health_port": args.health_port,
         }.items()
         if v is not None
     }

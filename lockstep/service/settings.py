@@ -55,6 +55,9 @@ class ServiceSettings(BaseSettings):
     # its body; then its connection is closed
     read_timeout_s: float = Field(default=10.0, gt=0)
     access_log: bool = False  # a line per request on stderr (lockstep.access)
+    # a port answering GET /healthz from a process of its own, for liveness probes: in
+    # milliseconds however busy the service is (health.py); None: none
+    health_port: int | None = None
     # a scrape-only bearer token for GET /metrics (beside the token file's read and admin
     # tokens), so a Prometheus server holds no token that reads the catalog or the data
     metrics_token: SecretStr | None = None
@@ -75,10 +78,10 @@ class ServiceSettings(BaseSettings):
                 raise ValueError(str(e)) from e
         return value
 
-    @field_validator("port")
+    @field_validator("port", "health_port")
     @classmethod
-    def _port_is_a_port(cls, value: int) -> int:
-        if not 1 <= value <= 65535:
+    def _port_is_a_port(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= 65535:
             raise ValueError(f"a TCP port is from 1 to 65535, not {value}")
         return value
 
