@@ -1,8 +1,9 @@
 """Run a user's read-only SQL over the meta views, in a sandboxed in-memory DuckDB.
 
-Only a single SELECT is accepted (or EXPLAIN [ANALYZE] of one), as DuckDB's own parser
-classifies it: the meta tables are read-only, and since the database is shared, nothing a
-query does may outlive it (:mod:`.sandbox` proves it after each run).
+Only a single SELECT is accepted (or EXPLAIN [ANALYZE] of one), calling only a few table
+functions, as DuckDB's own parser reads it (:mod:`.read_only`): the meta tables are
+read-only, and since the database is shared, nothing a query does may outlive it
+(:mod:`.sandbox` proves it after each run).
 
 A query is answered in steps: the uncorrelated subqueries the pushdown evaluates (each a
 meta query of its own), the export of the base rows it needs, a check that those
@@ -22,13 +23,13 @@ import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-import duckdb
 import pyarrow as pa
 
-from lockstep.errors import LockstepError, MetaQueryError, ReadOnlyQueryError
+from lockstep.errors import LockstepError
 from lockstep.meta_tables import sandbox
 from lockstep.meta_tables.pushdown import Restriction, Value, pushdown
 from lockstep.meta_tables.pushdown_plan import MAX_SUBQUERY_VALUES
+from lockstep.meta_tables.read_only import check_read_only
 from lockstep.meta_tables.sandbox import Deadline, Run
 from lockstep.meta_tables.views import VIEWS, base_tables_for, with_view_dependencies
 
@@ -36,48 +37,8 @@ Exporter = Callable[[Collection[str], Sequence[Restriction]], dict[str, pa.Table
 Execute = Callable[[Run], "pa.Table | None"]
 
 _META_NAME = re.compile(r"__META_[A-Z_]+", re.IGNORECASE)
-# What EXPLAIN [ANALYZE] [(options)] puts before the statement it explains.
-_EXPLAIN_PREFIX = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^()]*\)\s*)?", re.IGNORECASE)
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 60.0  # a query running longer is interrupted (the service sets its own)
-
-
-def _single_statement(sql: str) -> duckdb.Statement:
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as e:
-        raise MetaQueryError(f"malformed SQL: {e}") from e
-    if len(statements) != 1:
-        raise MetaQueryError(f"give exactly one SQL statement, got {len(statements)}")
-    return statements[0]
-
-
-def check_read_only(query: str) -> None:
-    """Accept exactly one SELECT, or EXPLAIN [ANALYZE] of one; raise a clear error otherwise.
-
-    >>> check_read_only("EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1")
-    Traceback (most recent call last):
-    ...
-    lockstep.errors.ReadOnlyQueryError: only SELECT queries are allowed on the meta tables, \
-got EXPLAIN of a CREATE statement; the meta tables are read-only
-    """
-    statement = _single_statement(query)
-    kind, what = statement.type, statement.type.name
-    if kind == duckdb.StatementType.EXPLAIN:
-        prefix = _EXPLAIN_PREFIX.match(statement.query)
-        if prefix is None:  # a comment before EXPLAIN, say: cannot tell what it explains
-            raise ReadOnlyQueryError(
-                "could not tell which statement this EXPLAIN explains; start the query with "
-                "EXPLAIN [ANALYZE] followed by one SELECT"
-            )
-        explained = _single_statement(statement.query[prefix.end() :])
-        kind, what = explained.type, f"EXPLAIN of a {explained.type.name}"
-    if kind != duckdb.StatementType.SELECT:
-        what = what if what.startswith("EXPLAIN") else f"a {what}"
-        raise ReadOnlyQueryError(
-            f"only SELECT queries are allowed on the meta tables, got {what} statement; "
-            "the meta tables are read-only"
-        )
 
 
 def referenced_views(query: str) -> set[str]:

@@ -43,7 +43,9 @@ DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "allow_community_extensions": False,
     "threads": 1,
 }
-# Anything a query could leave behind in the shared database, outside its temp schema.
+# Anything a query could leave behind in the shared database, outside its temp schema; and
+# query logging turned on (enable_logging(), a table function: it would show every later
+# caller's queries in duckdb_logs()).
 _PERSISTENT_OBJECTS = """
 SELECT (SELECT count(*) FROM duckdb_tables() WHERE database_name <> 'temp')
      + (SELECT count(*) FROM duckdb_views() WHERE database_name <> 'temp' AND NOT internal)
@@ -51,6 +53,8 @@ SELECT (SELECT count(*) FROM duckdb_tables() WHERE database_name <> 'temp')
         WHERE database_name <> 'temp' AND NOT internal
           AND function_type IN ('macro', 'table_macro'))
      + (SELECT count(*) FROM duckdb_sequences() WHERE database_name <> 'temp')
+     + (SELECT count(*) FROM duckdb_settings()
+        WHERE name = 'enable_logging' AND value NOT IN ('0', 'false'))
 """
 _MISSING_TABLE = re.compile(r"Table with name (\S+) does not exist")
 
@@ -228,8 +232,9 @@ def _check_nothing_persists(con: duckdb.DuckDBPyConnection) -> None:
     if left is not None and left[0]:
         _discard_database()
         raise ReadOnlyQueryError(
-            "the query left objects in the shared meta database; it was discarded and the "
-            "query refused (only SELECT queries are allowed on the meta tables)"
+            "the query left objects (or logging) in the shared meta database; it was "
+            "discarded and the query refused (only SELECT queries are allowed on the meta "
+            "tables)"
         )
 
 

@@ -37,6 +37,8 @@ from catalog_probe import (
 from catalog_scene import FENCING, JOB, NS, REVISION, Scene, instance_headers
 from service_fixtures import ADMIN_TOKEN, LOAD_JOB_TOKEN, READ_TOKEN
 
+from lockstep.service.iceberg.run_view import Run
+
 
 def _every_update_type(scene: Scene) -> list[Probe]:
     """Every update type on a Lockstep table from an admin token that names no job."""
@@ -295,6 +297,69 @@ def _beyond_role(scene: Scene) -> list[Probe]:
     ]
 
 
+RUN_JOB = "runner"  # a job of its own, whose barrier no other probe's scene depends on
+
+
+def _live_run(scene: Scene) -> Run:
+    """A run of RUN_JOB: an instance holding a barrier it has not PROCESSED (nothing written;
+    the job is registered and a barrier issued for it the first time)."""
+    from lockstep.topology.model import JobSpec
+
+    store = scene.service.store
+    store.register_job(JobSpec(RUN_JOB, sinks=("runner_out",)))
+    fencing = store.attach(RUN_JOB).token
+    taken = store.next_barrier(RUN_JOB, fencing)
+    if taken is None:  # registered after barrier 1
+        store.issue_barrier()
+        taken = store.next_barrier(RUN_JOB, fencing)
+    assert taken is not None
+    return Run(RUN_JOB, fencing, taken.barrier_id, frozenset(), frozenset())
+
+
+def _credentials_in_urls(scene: Scene) -> list[Probe]:
+    """Tokens in URLs (#48 item 6): taken by the status page alone, in any spelling; and a
+    run view's prefix keyed with the constant the key fell back to when the token came in
+    the URL, computed from what the status page shows (#48 item 4)."""
+    public = _live_run(scene).prefix("local")
+    return [
+        Probe(
+            "a run view keyed with the constant, the token in the URL",
+            "GET",
+            f"/{public}/namespaces/{NS}/tables?token={ADMIN_TOKEN}",
+            token=None,
+        ),
+        Probe(
+            "a run view keyed with the constant, the token in the header",
+            "GET",
+            f"/{public}/namespaces/{NS}/tables",
+        ),
+        Probe("a token in a catalog URL", "GET", f"/namespaces?token={READ_TOKEN}", token=None),
+        Probe(
+            "a token in a catalog URL as %74oken",
+            "GET",
+            f"/namespaces?%74oken={READ_TOKEN}",
+            token=None,
+        ),
+        Probe("a token in a table's URL", "GET", f"{ORDERS}?token={READ_TOKEN}", token=None),
+        Probe("a token in an API URL", "GET", f"//v1/tables?token={READ_TOKEN}", token=None),
+        Probe("a token in the metrics URL", "GET", f"//metrics?token={READ_TOKEN}", token=None),
+    ]
+
+
+def _meta_sql(scene: Scene) -> list[Probe]:
+    """Meta SQL that is not one SELECT as written, or calls DuckDB's own table functions
+    (#48 item 7): refused (403) for a read token."""
+    queries = (
+        "PRAGMA version",
+        "PRAGMA table_info('__META_BARRIER')",
+        "SHOW TABLES",
+        "SELECT * FROM pragma_version()",
+        "SELECT * FROM duckdb_settings()",
+        "SELECT * FROM enable_logging()",
+    )
+    return [Probe(f"meta SQL {q}", "POST", "//v1/sql", {"query": q}, READ_TOKEN) for q in queries]
+
+
 def corpus(scene: Scene) -> list[Probe]:
     """The requests: each must be refused (4xx), none may touch a file or a main."""
     parts = (
@@ -306,6 +371,8 @@ def corpus(scene: Scene) -> list[Probe]:
         _beyond_role,
         _client_code,
         _folders_and_links,
+        _credentials_in_urls,
+        _meta_sql,
     )
     return [probe for part in parts for probe in part(scene)]
 

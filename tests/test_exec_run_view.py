@@ -220,3 +220,50 @@ def test_a_run_view_is_its_openers_alone(iceberg_service: CatalogService) -> Non
         _catalog(iceberg_service, ADMIN_TOKEN, warehouse=warehouse)
     refused = _post(iceberg_service, "load/runs", body, SUM_JOB_TOKEN)
     assert refused.status_code == 403, refused.text
+
+
+def test_a_run_views_key_is_the_token_its_caller_authenticated_with(
+    iceberg_service: CatalogService,
+) -> None:
+    """#48 item 4: a token sent as ``?token=`` was not the key's key, the constant "local"
+    was, so a prefix computed from public data (job, instance and barrier, which the status
+    page shows) opened the run for any token that acts for the job. The key is now the token
+    the caller authenticated with, however it came; and the catalog takes one from the
+    ``Authorization`` header alone (test_url_tokens.py)."""
+    import httpx
+
+    from lockstep.service.iceberg.run_view import Run
+
+    pipeline = Pipeline(iceberg_service)
+    pipeline.admin.issue_barrier()
+    load, b1 = pipeline.take("load")
+    body = {"token": load.token, "barrier": b1}
+    prefix = _post(iceberg_service, "load/runs", body, LOAD_JOB_TOKEN).json()["prefix"]
+    public = Run("load", load.token, b1, frozenset(), frozenset()).prefix("local")
+
+    def tables(under: str, *, header: str | None = None, query: str | None = None) -> int:
+        answer = httpx.get(
+            f"{iceberg_service.uri}/v1/{under}/namespaces/default/tables",
+            params={} if query is None else {"token": query},
+            headers={} if header is None else {"Authorization": f"Bearer {header}"},
+        )
+        return answer.status_code
+
+    assert tables(prefix, header=LOAD_JOB_TOKEN) == 200
+    assert tables(public, query=LOAD_JOB_TOKEN) == 401  # it was 200
+    assert tables(public, query=ADMIN_TOKEN) == 401  # it was 200
+    assert tables(public, header=LOAD_JOB_TOKEN) == 403
+    assert tables(prefix, query=LOAD_JOB_TOKEN) == 401
+    assert tables(prefix, header=ADMIN_TOKEN) == 403
+
+
+def test_a_callers_credential_is_the_token_it_presented_and_is_never_shown() -> None:
+    from lockstep.service.auth import Access, Grant, Role
+    from lockstep.service.deps import LOCAL, authenticate
+
+    tokens = {LOAD_JOB_TOKEN: Grant(Role.JOB, frozenset({"load"}))}
+    caller = authenticate(tokens, f"Bearer {LOAD_JOB_TOKEN}", Access.READ)
+    assert caller.credential == LOAD_JOB_TOKEN
+    assert LOAD_JOB_TOKEN not in repr(caller)
+    # without a token file every caller is the local admin, with one constant credential
+    assert authenticate(None, f"Bearer {LOAD_JOB_TOKEN}", Access.READ) == LOCAL

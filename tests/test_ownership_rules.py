@@ -70,9 +70,9 @@ from lockstep.topology.model import JobSpec
 
 ORDERS = TableName(("default",), "orders")
 SCHEMA = Schema(NestedField(1, "a", LongType(), required=False))
-ADMIN = Caller(Grant(Role.ADMIN), "token-admin")
-LOAD_JOB = Caller(Grant(Role.JOB, frozenset({"load"})), "token-load")
-OTHER_JOB = Caller(Grant(Role.JOB, frozenset({"other"})), "token-other")
+ADMIN = Caller(Grant(Role.ADMIN), "token-admin", "admin-credential")
+LOAD_JOB = Caller(Grant(Role.JOB, frozenset({"load"})), "token-load", "load-credential")
+OTHER_JOB = Caller(Grant(Role.JOB, frozenset({"other"})), "token-other", "other-credential")
 T0 = 1_700_000_000_000  # the first snapshot's commit time (ms)
 
 

@@ -1,9 +1,9 @@
 """``lockstep serve --access-log``: one line per request, for diagnosing a client without a
 logging proxy in front of the service.
 
-A line says who called, what (a ``token`` in the query hidden: the status page takes one
-there), the status and how long the answer took, on the ``lockstep.access`` logger (to
-stderr unless the process configured that logger itself)::
+A line says who called, what (its query's secrets hidden: :func:`redacted_query`), the
+status and how long the answer took, on the ``lockstep.access`` logger (to stderr unless the
+process configured that logger itself)::
 
     127.0.0.1:52814 "GET /?token=*** HTTP/1.1" 200 14.2 ms
 """
@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import unquote_plus
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -24,7 +25,12 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger("lockstep.access")
-_SECRET_PARAMETER = re.compile(r"(^|&)(token|access_token|credential)=[^&]*", re.IGNORECASE)
+# A query parameter holds a secret when a word of its name, decoded as the server decodes it,
+# is one of these: ``%74oken`` is ``token`` to the server, and ``token%20`` or ``tok%65n%3D``
+# are what a person pasting a token would send.
+SECRET_PARAMETERS = frozenset({"token", "access_token", "credential"})
+_SEPARATOR = re.compile(r"([&;])")  # the server splits on & alone; other parsers on ; too
+_WORD = re.compile(r"[a-z0-9_]+")
 
 
 def access_logged(app: ASGIApp) -> ASGIApp:
@@ -76,9 +82,19 @@ def request_line(scope: Scope, status: int | None, started: float) -> str:
 
 
 def redacted_query(query: str) -> str:
-    """A query string with the values of its ``token``-like parameters hidden.
+    """A query string with its secret parameters (:data:`SECRET_PARAMETERS`) hidden, name
+    and value, each shown as the secret's word: split on ``&`` and ``;``, each name read as
+    the server reads it (percent-decoded, ``+`` a space).
 
     >>> redacted_query("warehouse=w&access_token=s3cret")
     'warehouse=w&access_token=***'
+    >>> redacted_query("%74oken=s3cret&x=1;TOKEN=s3cret&tok%65n%3Ds3cret&token%20=s3cret")
+    'token=***&x=1;token=***&token=***&token=***'
     """
-    return _SECRET_PARAMETER.sub(r"\1\2=***", query)
+    return "".join(_redacted(piece) for piece in _SEPARATOR.split(query))
+
+
+def _redacted(parameter: str) -> str:
+    name = unquote_plus(parameter.partition("=")[0]).lower()  # as parse_qsl decodes it
+    secret = next((w for w in _WORD.findall(name) if w in SECRET_PARAMETERS), None)
+    return parameter if secret is None else f"{secret}=***"

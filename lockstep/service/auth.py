@@ -8,8 +8,9 @@ The token file holds one grant per line (``#`` comments allowed)::
 
 Tokens are compared in constant time and never logged. Which routes need which
 :class:`Access` is declared by each route's dependency (``deps.py``); what each role may
-do is :data:`ALLOWED`, here, and nowhere else. The catalog's rules for Lockstep tables
-(who may move whose ``main``) are ``iceberg/ownership.py``.
+do is :data:`ALLOWED`, and where a token may come in the URL :data:`URL_TOKEN_ROUTES`,
+here, and nowhere else. The catalog's rules for Lockstep tables (who may move whose
+``main``) are ``iceberg/ownership.py``.
 """
 
 from __future__ import annotations
@@ -51,6 +52,19 @@ ALLOWED: Mapping[Access, frozenset[Role]] = {
     Access.WRITE_TABLES: frozenset({Role.ADMIN, Role.JOB}),
     Access.ADMIN: frozenset({Role.ADMIN}),
 }
+
+
+# Where a token may come in the URL (``?token=``) instead of the ``Authorization`` header, by
+# route, and why. A URL is written down where a header is not (browser history, proxies'
+# logs, Referer headers), so only what a person opens from a link takes one; every other
+# route, the API's, the metrics' and the catalog's, reads the header alone.
+URL_TOKEN_ROUTES: Mapping[str, str] = {
+    "/": "the status page: a browser opens it from a link, and it refreshes by fetching its "
+    "own address",
+    "/v1/status": "the status page's data as JSON, which the page's 401 tells a browser to "
+    "open the same way",
+}
+URL_TOKEN_PARAMETER = "token"
 
 
 @dataclass(frozen=True)

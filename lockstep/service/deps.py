@@ -1,28 +1,40 @@
 """Who may call what, as FastAPI dependencies that every endpoint declares: ``Reader``,
 ``JobActor`` (a job's own protocol calls: the path's ``job_id``), ``TableWriter`` (the
 catalog's changes) and ``Admin``. Each resolves to the :class:`Caller`; the rules behind
-them are ``auth.ALLOWED``."""
+them are ``auth.ALLOWED``, and where a token may come in the URL, ``auth.URL_TOKEN_ROUTES``."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Annotated
 
-from fastapi import Depends, Header, Query, Request
+from fastapi import Depends, Header, Request
 
 from lockstep.errors import AuthenticationError, PermissionDeniedError
-from lockstep.service.auth import Access, Grant, Role, Tokens, grant_of
+from lockstep.service.auth import (
+    URL_TOKEN_PARAMETER,
+    URL_TOKEN_ROUTES,
+    Access,
+    Grant,
+    Role,
+    Tokens,
+    grant_of,
+)
 
 LOCAL_CALLER = "local"  # every caller, when the service runs without a token file
 
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is calling: a grant, and an id that names the token without revealing it."""
+    """Who is calling: a grant, an id that names the token without revealing it, and the
+    token itself (``credential``), however it came: what a run view's key is keyed with
+    (``iceberg/run_view.py``). Never shown (not in the repr), never logged."""
 
     grant: Grant
     id: str
+    credential: str = field(repr=False)
 
     @property
     def role(self) -> Role:
@@ -36,7 +48,8 @@ class Caller:
         return self.grant.may_act_for(job_id)
 
 
-LOCAL = Caller(Grant(Role.ADMIN), LOCAL_CALLER)
+# Without a token file every caller is the local admin, and has one constant credential.
+LOCAL = Caller(Grant(Role.ADMIN), LOCAL_CALLER, LOCAL_CALLER)
 
 
 def caller_id(token: str) -> str:
@@ -51,7 +64,8 @@ def bearer(authorization: str | None) -> str | None:
 def unknown_token() -> AuthenticationError:
     return AuthenticationError(
         "missing or unknown bearer token: send 'Authorization: Bearer <token>' with a "
-        "token from the service's token file"
+        "token from the service's token file (a token in the URL, ?token=, opens the status "
+        "page alone)"
     )
 
 
@@ -95,7 +109,7 @@ def authenticate(
         raise unknown_token()
     if not found.allows(needed, job_id):
         raise refused(found, needed, job_id)
-    return Caller(found, caller_id(presented))
+    return Caller(found, caller_id(presented), presented)
 
 
 async def require_admin(
@@ -118,17 +132,25 @@ async def require_table_writer(
 
 
 async def require_read(
-    request: Request,
-    authorization: Annotated[str | None, Header()] = None,
-    token: Annotated[str | None, Query(description="for browsers: the bearer token")] = None,
+    request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> Caller:
-    presented = read_authorization(authorization, token)
+    route = getattr(request.scope.get("route"), "path", None)  # the route's path template
+    presented = read_authorization(route, authorization, request.query_params)
     return authenticate(request.app.state.tokens, presented, Access.READ)
 
 
-def read_authorization(authorization: str | None, token: str | None) -> str | None:
-    """A reader's credentials: the ``Authorization`` header, else a ``token`` query parameter
-    (what a browser can send)."""
+def read_authorization(
+    route: str | None, authorization: str | None, query: Mapping[str, str]
+) -> str | None:
+    """A reader's credentials: its ``Authorization`` header; else, on a route of
+    ``auth.URL_TOKEN_ROUTES`` alone, its ``?token=`` (what a browser opening a link sends).
+
+    >>> read_authorization("/", None, {"token": "t"})
+    'Bearer t'
+    >>> read_authorization("/v1/tables", None, {"token": "t"}) is None
+    True
+    """
+    token = query.get(URL_TOKEN_PARAMETER) if route in URL_TOKEN_ROUTES else None
     return f"Bearer {token}" if authorization is None and token is not None else authorization
 
 

@@ -66,6 +66,7 @@ class FastRoute:
     """One route the fast path answers, described from its endpoint's signature."""
 
     method: str
+    path: str  # as declared: /v1/jobs/{job_id}/processed
     pattern: re.Pattern[str]  # Starlette's own compilation of the route's path
     convertors: Mapping[str, Convertor[Any]]
     endpoint: Endpoint
@@ -104,7 +105,7 @@ class FastRoute:
                 "parameter of a pydantic model and an Admin, JobActor or Reader parameter"
             )
         model = create_model(f"{endpoint.__name__}_query", **query) if query else None
-        return cls(method, pattern, convertors, endpoint, body, caller, access, model)
+        return cls(method, path, pattern, convertors, endpoint, body, caller, access, model)
 
     async def answer(self, scope: Scope, receive: Receive, path: Mapping[str, Any]) -> Response:
         """What the endpoint answers this request (raises LockstepError to refuse it)."""
@@ -140,13 +141,13 @@ class FastRoute:
 
     def _caller(self, scope: Scope, query: Mapping[str, str], path: Mapping[str, Any]) -> Caller:
         """The caller by its ``Authorization`` header (the front door refuses two), as
-        FastAPI's ``Header()`` reads it (a reader's by the ``token`` query parameter when
-        there is none), for the path's job when it acts for one."""
+        FastAPI's ``Header()`` reads it (a reader's as ``deps.read_authorization`` reads it),
+        for the path's job when it acts for one."""
         authorization = next(
             (v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None
         )
         if self.access is Access.READ:
-            authorization = read_authorization(authorization, query.get("token"))
+            authorization = read_authorization(self.path, authorization, query)
         job_id = path.get("job_id") if self.access is Access.ACT_FOR_JOB else None
         return authenticate(scope["app"].state.tokens, authorization, self.access, job_id)
 

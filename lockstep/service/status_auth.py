@@ -10,9 +10,11 @@ from html import escape
 
 from starlette.responses import HTMLResponse
 
+from lockstep.service.auth import URL_TOKEN_ROUTES
 from lockstep.service.status_style import PAGE_CSS
 
-STATUS_PATHS = frozenset({"/", "/v1/status"})
+# the page says to pass a token in the URL: it is shown where one is taken, and only there
+STATUS_PATHS = frozenset(URL_TOKEN_ROUTES)
 
 
 def wants_token_page(method: str, path: str, headers: Mapping[str, str]) -> bool:

@@ -58,7 +58,7 @@ from lockstep.service.iceberg.names import (
 from lockstep.service.iceberg.ownership import Principal
 from lockstep.service.iceberg.paging import page
 from lockstep.service.iceberg.pinned import PinnedViews, ReadOnlyViewError, View
-from lockstep.service.iceberg.run_routes import RUN_POSTS, run_principal, secret_of
+from lockstep.service.iceberg.run_routes import RUN_POSTS, run_principal
 from lockstep.service.iceberg.run_view import (
     Run,
     RunRouteError,
@@ -175,7 +175,7 @@ def build_router(
         overrides = {}
         run_prefix = warehouse_prefix(warehouse)
         if run_prefix is not None:
-            runs.run(run_prefix, caller, secret_of(request))  # it must be the caller's
+            runs.run(run_prefix, caller)  # it must be the caller's
         prefix = run_prefix if run_prefix is not None else views.open(warehouse, caller)
         if prefix is not None:
             overrides["prefix"] = prefix
@@ -216,7 +216,7 @@ def pinned_view(views: PinnedViews, runs: RunViews) -> Callable[[Request, Caller
         route = request.scope.get("route")
         name = getattr(route, "name", None)
         if is_run(prefix):
-            request.state.run = runs.run(prefix, caller, secret_of(request))
+            request.state.run = runs.run(prefix, caller)
             if request.method not in ("GET", "HEAD") and name not in RUN_POSTS:
                 raise RunRouteError(prefix)
             return

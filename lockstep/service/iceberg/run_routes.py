@@ -16,16 +16,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Body
 from pydantic import BaseModel, ConfigDict, Field
 
 from lockstep.errors import InvalidRequestError
-from lockstep.service.deps import Caller, JobActor, bearer
+from lockstep.service.deps import Caller, JobActor
 from lockstep.service.iceberg.catalog import ServedCatalog
 from lockstep.service.iceberg.committer import Committer
 from lockstep.service.iceberg.ownership import Principal
 from lockstep.service.iceberg.run_publish import open_run, publish, staged_heads
-from lockstep.service.iceberg.run_view import LOCAL_SECRET, RUN_WAREHOUSE, Run
+from lockstep.service.iceberg.run_view import RUN_WAREHOUSE, Run
 
 INT64_MAX = 2**63 - 1
 # the routes a run view answers besides GET and HEAD, by route name: what a program
@@ -45,14 +45,6 @@ class _PublishIn(_RunIn):
     snapshots: dict[str, int | None]
 
 
-def secret_of(request: Request) -> str:
-    """The key of the caller's run views' keys: its bearer token (a fixed one without a
-    token file, where every caller is the local admin anyway)."""
-    if request.app.state.tokens is None:
-        return LOCAL_SECRET
-    return bearer(request.headers.get("authorization")) or LOCAL_SECRET
-
-
 def run_principal(run: Run, caller: Caller, headers: Mapping[str, str]) -> Principal:
     """The principal of a request under ``run``: the run's instance (headers that claim
     another are refused, rather than silently ignored)."""
@@ -68,10 +60,10 @@ def run_principal(run: Run, caller: Caller, headers: Mapping[str, str]) -> Princ
 def add_run_routes(router: APIRouter, catalog: ServedCatalog) -> None:
     @router.post("/lockstep/jobs/{job_id}/runs")
     def open_job_run(
-        job_id: str, body: Annotated[_RunIn, Body()], request: Request, caller: JobActor
+        job_id: str, body: Annotated[_RunIn, Body()], caller: JobActor
     ) -> dict[str, Any]:
         run = open_run(catalog, caller, job_id, body.token, body.barrier)
-        prefix = run.prefix(secret_of(request))
+        prefix = run.prefix(caller.credential)  # keyed with the opener's token (run_view.py)
         return {
             "prefix": prefix,
             "warehouse": RUN_WAREHOUSE + prefix,

@@ -18,10 +18,11 @@ as it does the pinned views'). Under it:
   the job's sinks named.
 
 The view keeps no state: its key is an HMAC of (job, instance token, barrier) keyed by the
-caller's bearer token, so only that caller can use the prefix, any replica can check it and
-a restart forgets nothing. That the instance is current and b still in progress is read
-from the store at each use. What a load or a commit answers is also what the file its
-``metadata-location`` names says (``view_files``).
+token the caller authenticated with (``Caller.credential``, however it came), so only that
+caller can use the prefix, any replica can check it and a restart forgets nothing. That the
+instance is current and b still in progress is read from the store at each use. What a load
+or a commit answers is also what the file its ``metadata-location`` names says
+(``view_files``).
 """
 
 from __future__ import annotations
@@ -63,7 +64,6 @@ STAGING_PREFIX = "lockstep_"
 _RUN = re.compile(
     r"run-([0-9]{1,19})-([0-9]{1,19})-([0-9a-f]{32})-([A-Za-z0-9_][A-Za-z0-9_.-]{0,199})"
 )
-LOCAL_SECRET = "local"  # the key's key when the service runs without a token file
 
 
 def staging_branch(job_id: str) -> str:
@@ -188,8 +188,8 @@ class RunViews:
         self.catalog = catalog
         self.files = files
 
-    def run(self, prefix: str, caller: Caller, secret: str) -> Run:
-        """The live run ``prefix`` names, if it is ``caller``'s (keyed with ``secret``)."""
+    def run(self, prefix: str, caller: Caller) -> Run:
+        """The live run ``prefix`` names, if it is ``caller``'s (keyed with its credential)."""
         found = _RUN.fullmatch(prefix)
         if found is None:
             raise InvalidRequestError(
@@ -202,7 +202,7 @@ class RunViews:
             found.group(3),
             found.group(4),
         )
-        if not hmac.compare_digest(key, run_key(secret, job_id, token, barrier_id)):
+        if not hmac.compare_digest(key, run_key(caller.credential, job_id, token, barrier_id)):
             raise PermissionDeniedError(
                 f"the run view {prefix!r} was opened with another token: use the token "
                 "`lockstep exec` handed the program (LOCKSTEP_CATALOG_TOKEN)"
