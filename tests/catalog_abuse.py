@@ -34,7 +34,7 @@ from catalog_probe import (
     commit,
     ident,
 )
-from catalog_scene import FENCING, JOB, NS, REVISION, Scene, instance_headers
+from catalog_scene import FENCING, JOB, NS, REVISION, Scene, instance_headers, send
 from service_fixtures import ADMIN_TOKEN, LOAD_JOB_TOKEN, READ_TOKEN
 
 from lockstep.service.iceberg.run_view import Run
@@ -346,6 +346,67 @@ def _credentials_in_urls(scene: Scene) -> list[Probe]:
     ]
 
 
+CREDITED_JOB = "credited"  # the job whose run's credential the probes below hold
+
+
+def _run_credentials(scene: Scene) -> list[Probe]:
+    """A run's credential, what `lockstep exec` hands its program instead of its own token
+    (#48 item 3), beyond its run: outside a run view, under another run's, on the run
+    routes, an admin's changes under its own view, the service's own API; and forged."""
+    from lockstep.service.iceberg.run_credentials import mint, scope_of
+    from lockstep.topology.model import JobSpec
+
+    store = scene.service.store
+    store.register_job(JobSpec(CREDITED_JOB, sinks=("credited_out",)))
+    fencing = store.attach(CREDITED_JOB).token
+    taken = store.next_barrier(CREDITED_JOB, fencing)
+    if taken is None:  # registered after the scene's barrier
+        store.issue_barrier()
+        taken = store.next_barrier(CREDITED_JOB, fencing)
+    assert taken is not None
+    run = {"token": fencing, "barrier": taken.barrier_id}
+    opened = send("POST", scene.url(f"/lockstep/jobs/{CREDITED_JOB}/runs"), ADMIN_TOKEN, run)
+    credential, prefix = opened.json()["credential"], opened.json()["prefix"]
+    scope = scope_of(credential)
+    assert scope is not None
+    other = f"run-{scene.tokens['load']}-{taken.barrier_id}-{'0' * 32}-load"
+    jobs = f"/lockstep/jobs/{CREDITED_JOB}"
+    sink = f"/{prefix}{TABLES}/credited_out"
+    register = {"name": "r", "metadata-location": f"file://{scene.service.warehouse}/r.json"}
+
+    def probe(name: str, method: str, path: str, body: Any = None) -> Probe:
+        return Probe(f"a run credential {name}", method, path, body, credential)
+
+    return [
+        probe("loading a table outside its run view", "GET", ORDERS),
+        probe("asking the config of no view", "GET", "/config"),
+        probe("opening a pinned view", "GET", "/config?warehouse=lockstep:read_committed"),
+        probe("under another job's run view", "GET", f"/{other}/namespaces"),
+        probe("opening its job's next run", "POST", f"{jobs}/runs", run),
+        probe("reading its run's staged heads", "GET", f"{jobs}/staged?token={fencing}"),
+        probe("publishing its run", "POST", f"{jobs}/publish", {**run, "snapshots": {}}),
+        probe("dropping its sink", "DELETE", sink),
+        probe(
+            "registering under its view", "POST", f"/{prefix}/namespaces/{NS}/register", register
+        ),
+        probe("committing to another job's table", "POST", f"/{prefix}{ORDERS}", commit(SET_X)),
+        probe(
+            "creating a namespace its job has no sink in",
+            "POST",
+            f"/{prefix}/namespaces",
+            {"namespace": ["elsewhere"]},
+        ),
+        probe("on the service's API", "GET", "//v1/jobs"),
+        probe("issuing a barrier", "POST", "//v1/barriers"),
+        Probe(
+            "a run credential keyed with a read token",
+            "GET",
+            f"/{prefix}/namespaces",
+            token=mint(READ_TOKEN, scope),
+        ),
+    ]
+
+
 def _meta_sql(scene: Scene) -> list[Probe]:
     """Meta SQL that is not one SELECT as written, or calls DuckDB's own table functions
     (#48 item 7): refused (403) for a read token."""
@@ -372,6 +433,7 @@ def corpus(scene: Scene) -> list[Probe]:
         _client_code,
         _folders_and_links,
         _credentials_in_urls,
+        _run_credentials,
         _meta_sql,
     )
     return [probe for part in parts for probe in part(scene)]

@@ -13,6 +13,7 @@ import pytest
 from lockstep.cli.exec_env import (
     DEFAULTS_FILE,
     EXTENSIONS,
+    INHERITED_CREDENTIALS,
     VARIABLES,
     RunCatalog,
     RunFacts,
@@ -23,6 +24,7 @@ from lockstep.cli.exec_env import (
     read_defaults,
     spark_defaults,
     spark_master,
+    without_inherited_credentials,
     write_conf_dir,
 )
 
@@ -153,3 +155,35 @@ def test_a_local_mode_driver_binds_loopback_unless_the_user_chose_an_address() -
     assert loopback_variables(["spark-submit", "--master", "yarn", "a.py"], {}, {}) == {}
     assert loopback_variables(["spark-sql"], {}, {"SPARK_LOCAL_IP": "10.0.0.5"}) == {}
     assert loopback_variables(["spark-sql"], {"spark.driver.host": "h"}, {}) == {}
+
+
+# an example of each of INHERITED_CREDENTIALS (#48 item 3), as a parent's environment has it
+INHERITED = {
+    "LOCKSTEP_TOKEN": {"LOCKSTEP_TOKEN": "s3cret-admin-token-01"},
+    "LOCKSTEP_HOME": {"LOCKSTEP_HOME": "/srv/lockstep"},
+    "LOCKSTEP_SERVICE_*": {"LOCKSTEP_SERVICE_STORE": "postgresql://ls:pw@db/ls"},
+    "LOCKSTEP_CATALOG_*": {"LOCKSTEP_CATALOG_TOKEN": "lsrun1-of-an-outer-exec"},
+    "PYICEBERG_CATALOG__{run}__*": {"PYICEBERG_CATALOG__LOCKSTEP__CREDENTIAL": "id:secret"},
+    "PYICEBERG_CATALOG__{same_service}__*": {
+        "PYICEBERG_CATALOG__PROD__URI": "http://h:1/iceberg/",
+        "pyiceberg_catalog__prod__token": "s3cret-admin-token-01",
+    },
+}
+
+
+def test_every_inherited_credential_has_its_example() -> None:
+    assert set(INHERITED) == set(INHERITED_CREDENTIALS)
+
+
+@pytest.mark.parametrize("entry", sorted(INHERITED))
+def test_an_inherited_credential_is_taken_out_of_the_programs_environment(entry: str) -> None:
+    """#48 item 3: exec passed its whole environment on, $LOCKSTEP_TOKEN included. Each entry
+    of the list is taken out; what is not Lockstep's credential stays (another catalog's
+    token, LOCKSTEP_DEBUG)."""
+    kept = {
+        "HOME": "/home/me",
+        "LOCKSTEP_DEBUG": "1",
+        "PYICEBERG_CATALOG__OTHER__URI": "http://elsewhere/iceberg",
+        "PYICEBERG_CATALOG__OTHER__TOKEN": "theirs",
+    }
+    assert without_inherited_credentials({**kept, **INHERITED[entry]}, CATALOG) == kept

@@ -6,9 +6,10 @@ Per barrier: wait for the job's next barrier (saying so every few seconds), open
 (``exec_job``), run COMMAND with the run's catalog in its environment (``exec_env``) while
 the instance heartbeats, and publish only if COMMAND exited 0. A nonzero exit, a signal or
 a crash publishes nothing: the next ``exec`` runs the same barrier again (under ``--loop``,
-this one, after a pause that doubles, until ``--max-failures`` in a row). Ctrl-C or SIGTERM
-is passed to COMMAND (its own process group); the loop stops after it. The exit status is
-COMMAND's (128+N for a signal N), or 2 for exec's own errors (fenced, no barrier in time).
+this one, after a pause that doubles, until ``--max-failures`` in a row). Ctrl-C, SIGTERM
+or SIGHUP is passed to COMMAND (its own process group); the loop stops after it. The exit
+status is COMMAND's (128+N for a signal N), or 2 for exec's own errors (fenced, no barrier
+in time). COMMAND gets the run's credential, never exec's token (``exec_env``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from lockstep.barrier.runtime.heartbeat import HEARTBEAT_S, Heartbeat
 from lockstep.barrier.session import BarrierWaitTimeout
 from lockstep.cli.arguments import int_at_least, positive_float
 from lockstep.cli.exec_env import catalog_jars, program_environment
+from lockstep.cli.exec_folder import exec_folder
 from lockstep.cli.exec_job import OpenRun, ProgramJob
 from lockstep.cli.exec_program import Ended, Running, forwarding_signals, run_program, signal_name
 from lockstep.cli.exec_remote import REMOTE_ENV, RunSession, remote_session
@@ -57,29 +57,30 @@ def cmd_exec(args: argparse.Namespace) -> Output:
         _check_sql(args)
     barriers = 1 if not (args.loop or args.barriers) else args.barriers
     running = Running()
-    # exec's own folder: the generated Spark configuration, Spark's local metastore
-    state_dir = Path(tempfile.mkdtemp(prefix="lockstep-exec-"))
-    try:
-        with connect_args(args) as ls, forwarding_signals(running, _say):
-            job = ProgramJob(
-                ls,
-                args.job_id,
-                target=args.target or os.environ.get("LOCKSTEP_HOME", ""),
-                token=client_token(args),
-                catalog_name=args.catalog_name,
-                progress=_say,
-            )
-            try:
-                started = time.monotonic()
-                job.start()
-                start_s = round(time.monotonic() - started, 4)  # attach, recover
-                output = _loop(job, command, barriers, args, running, state_dir)
-                output.data["start_s"] = start_s
-                return output
-            finally:
-                job.close()
-    finally:
-        shutil.rmtree(state_dir, ignore_errors=True)
+    # signals first, so that a stop removes exec's own folder (the generated Spark
+    # configuration and its run credential, Spark's local metastore) as an error does
+    with (
+        forwarding_signals(running, _say),
+        exec_folder() as state_dir,
+        connect_args(args) as ls,
+    ):
+        job = ProgramJob(
+            ls,
+            args.job_id,
+            target=args.target or os.environ.get("LOCKSTEP_HOME", ""),
+            token=client_token(args),
+            catalog_name=args.catalog_name,
+            progress=_say,
+        )
+        try:
+            started = time.monotonic()
+            job.start()
+            start_s = round(time.monotonic() - started, 4)  # attach, recover
+            output = _loop(job, command, barriers, args, running, state_dir)
+            output.data["start_s"] = start_s
+            return output
+        finally:
+            job.close()
 
 
 def _loop(

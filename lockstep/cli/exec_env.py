@@ -4,11 +4,12 @@ Three ways in, so that nothing in the program changes:
 
 - Spark: a generated ``SPARK_CONF_DIR`` whose ``spark-defaults.conf`` is the user's own
   (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``) with the catalog added: its class,
-  ``type rest``, ``uri``, this run's ``token`` and ``warehouse`` (which selects the run
-  view), the Iceberg runtime jar and SQL extensions appended to the user's lists, and the
-  catalog as ``spark.sql.defaultCatalog`` unless the user names another. ``spark-submit``,
-  ``spark-sql`` and a plain ``python app.py`` that builds a SparkSession all read that file
-  (DESIGN §11). The user's other files there (log4j2.properties, spark-env.sh) are linked.
+  ``type rest``, ``uri``, this run's credential (``token``) and ``warehouse`` (which
+  selects the run view), the Iceberg runtime jar and SQL extensions appended to the user's
+  lists, and the catalog as ``spark.sql.defaultCatalog`` unless the user names another.
+  ``spark-submit``, ``spark-sql`` and a plain ``python app.py`` that builds a SparkSession
+  all read that file (DESIGN §11). The user's other files there (log4j2.properties,
+  spark-env.sh) are linked.
   Unless the user's configuration says otherwise, Spark's local metastore (Derby's
   ``metastore_db`` and ``derby.log``, the default warehouse) is kept in exec's own folder,
   not the working directory (:func:`local_metastore`), and a local-mode driver binds the
@@ -19,10 +20,16 @@ Three ways in, so that nothing in the program changes:
 - Everything else: ``LOCKSTEP_*`` variables (:data:`VARIABLES`), among them the barrier's
   time window, which a root program reads its outside source by, so a rerun of the
   barrier reads the same rows.
+
+The token in all three is the run's credential (``service/iceberg/run_credentials.py``:
+its run's view alone, refused once the run is over), never exec's own token; and what
+exec's environment holds of Lockstep's credentials (:data:`INHERITED_CREDENTIALS`) is taken
+out of the program's.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -61,6 +68,22 @@ VARIABLES = {
     "LOCKSTEP_CATALOG_WAREHOUSE": "the warehouse that selects this run's view",
     "LOCKSTEP_CATALOG_PREFIX": "the view's prefix (/v1/<prefix>/...), for raw REST calls",
 }
+# What exec takes out of its own environment before handing it to the program (names, ``*``
+# any rest; ``{run}``: the run's catalog's name, ``{same_service}``: that of any pyiceberg
+# catalog whose URI is this service's catalog), and why: the program gets the run's
+# credential and nothing that reaches Lockstep as exec or its caller does.
+INHERITED_CREDENTIALS: Mapping[str, str] = {
+    "LOCKSTEP_TOKEN": "the lockstep CLI's bearer token: exec's own (admin, or the job's)",
+    "LOCKSTEP_HOME": "the coordinator the CLI reaches; an embedded store's is its database",
+    "LOCKSTEP_SERVICE_*": "a service's settings: its store's URL (a database password), "
+    "its metrics token, its token file",
+    "LOCKSTEP_CATALOG_*": "an outer exec's run catalog, its credential included",
+    "PYICEBERG_CATALOG__{run}__*": "the settings of a pyiceberg catalog named as the run's "
+    "(a token, an OAuth credential, headers), which pyiceberg would merge with the run's",
+    "PYICEBERG_CATALOG__{same_service}__*": "a pyiceberg catalog of this service, with the "
+    "token or credential of whoever set it",
+}
+_PYICEBERG_URI = re.compile(r"PYICEBERG_CATALOG__(.+)__URI", re.IGNORECASE)
 _LINE = re.compile(r"^\s*([^\s=#]+)\s*[\s=]\s*(.*?)\s*$")
 
 
@@ -110,6 +133,38 @@ def plain_variables(facts: RunFacts, catalog: RunCatalog) -> dict[str, str]:
     }
     assert set(found) == set(VARIABLES)
     return found
+
+
+def without_inherited_credentials(base: Mapping[str, str], catalog: RunCatalog) -> dict[str, str]:
+    """``base`` without :data:`INHERITED_CREDENTIALS`.
+
+    >>> env = {"LOCKSTEP_TOKEN": "t", "PYICEBERG_CATALOG__LOCKSTEP__TOKEN": "t", "HOME": "/h"}
+    >>> without_inherited_credentials(env, RunCatalog("lockstep", "http://h/iceberg", None, "", ""))
+    {'HOME': '/h'}
+    """
+    ours = catalog.uri.rstrip("/")
+    names = {
+        "run": [catalog.name],
+        "same_service": [
+            found.group(1)
+            for name, value in base.items()
+            if (found := _PYICEBERG_URI.fullmatch(name)) and value.rstrip("/") == ours
+        ],
+    }
+    patterns = [p.upper() for pattern in INHERITED_CREDENTIALS for p in _each(pattern, names)]
+    return {
+        name: value
+        for name, value in base.items()
+        if not any(fnmatch.fnmatchcase(name.upper(), p) for p in patterns)
+    }
+
+
+def _each(pattern: str, names: Mapping[str, list[str]]) -> list[str]:
+    """``pattern`` with its ``{placeholder}`` (if any) replaced by each of ``names``'."""
+    for key, values in names.items():
+        if f"{{{key}}}" in pattern:
+            return [pattern.replace(f"{{{key}}}", value) for value in values]
+    return [pattern]
 
 
 def pyiceberg_variables(catalog: RunCatalog) -> dict[str, str]:
@@ -280,11 +335,11 @@ def program_environment(
     jars: Sequence[str] = (),
     command: Sequence[str] = (),
 ) -> dict[str, str]:
-    """``base`` (exec's own environment) with the run's catalog handed to the program
-    ``command`` in every way above. ``state_dir`` is exec's folder: ``state_dir/conf``
-    becomes the program's ``SPARK_CONF_DIR``, whose ``spark.jars`` get the Iceberg runtime
-    and ``jars`` (what the catalog needs: ``catalog_jars``), and Spark's local metastore
-    lives beside it (:func:`local_metastore`)."""
+    """``base`` (exec's own environment, less :data:`INHERITED_CREDENTIALS`) with the run's
+    catalog handed to the program ``command`` in every way above. ``state_dir`` is exec's
+    folder: ``state_dir/conf`` becomes the program's ``SPARK_CONF_DIR``, whose
+    ``spark.jars`` get the Iceberg runtime and ``jars`` (what the catalog needs:
+    ``catalog_jars``), and Spark's local metastore lives beside it (:func:`local_metastore`)."""
     user_dir = user_conf_dir(base)
     user = read_defaults(user_dir / DEFAULTS_FILE) if user_dir is not None else {}
     runtime = iceberg_jar()
@@ -293,7 +348,7 @@ def program_environment(
     settings.update(local_metastore(user, user_dir, state_dir))
     conf_dir = state_dir / "conf"
     write_conf_dir(conf_dir, settings, user_dir)
-    env = dict(base)
+    env = without_inherited_credentials(base, run.catalog)
     env["SPARK_CONF_DIR"] = str(conf_dir)
     env.update(loopback_variables(command, user, base))
     env.update(pyiceberg_variables(run.catalog))

@@ -41,6 +41,13 @@ if TYPE_CHECKING:
 Progress = Callable[[str], None]
 FAULT_ENV = "LOCKSTEP_FAULT"  # the runtime's variable (barrier/runtime/runner.py)
 CATALOG_PATH = "/iceberg"  # where the service serves its Iceberg REST catalog
+ADMIN_WARNING = (
+    "warning: running as admin. The program gets only its run's credential, but exec holds "
+    "the admin token, and a program running as the same OS user can read it from exec's "
+    "process (/proc/<pid>/environ, its command line). Run exec with the job's own token: a "
+    "line 'job {job} TOKEN' in the service's token file (lockstep serve --token-file), "
+    "then --token-file FILE or $LOCKSTEP_TOKEN (docs/exec.md#credentials)"
+)
 
 
 class JobNotRegisteredError(InvalidRequestError):
@@ -92,6 +99,7 @@ class ProgramJob:
         self.progress = progress
         self._http: httpx.Client | None = None
         self._session: JobSession | None = None
+        self._warned = False  # that exec runs as admin (once)
 
     @property
     def session(self) -> JobSession:
@@ -146,14 +154,32 @@ class ProgramJob:
             sources=tuple(opened["sources"]),
             sinks=tuple(opened["sinks"]),
         )
+        if "credential" not in opened:  # a service from before run credentials
+            raise ConfigurationError(
+                f"the service at {self.target} hands out no run credential, so exec would "
+                "have to give the program its own token: upgrade the service (lockstep "
+                "serve) to this version of Lockstep"
+            )
+        self._warn_if_admin(opened)
         catalog = RunCatalog(
             name=self.catalog_name,
             uri=self.catalog_uri,
-            token=self.token,
+            # the run's own credential (service/iceberg/run_credentials.py), never exec's
+            # token: None from a service without a token file, where no token is needed
+            token=opened["credential"],
             warehouse=opened["warehouse"],
             prefix=opened["prefix"],
         )
         return OpenRun(barrier, facts, catalog)
+
+    def _warn_if_admin(self, opened: Mapping[str, Any]) -> None:
+        """Say once that exec runs with an admin token, and what to run it with instead
+        (not without a token file, where every caller is the local admin)."""
+        admin = opened.get("opened_by") == "admin" and opened.get("credential") is not None
+        if not admin or self._warned:
+            return
+        self._warned = True
+        self.progress(ADMIN_WARNING.format(job=self.job_id))
 
     def finish(self, barrier_id: int) -> dict[str, int | None]:
         """PROCESSED with the staged heads, one publish of every sink, WRITTEN."""

@@ -2,9 +2,9 @@
 stop signals exec is sent passed on to it, and how it ended (for the publish, or for the
 failed run's record).
 
-Ctrl-C and SIGTERM stop exec's loop: a running program gets the signal too (its whole
-group: ``spark-sql``'s JVM under its shell script), and a signal that comes while a run
-opens keeps its program from starting, or reaches it as soon as it has started.
+Ctrl-C, SIGTERM and SIGHUP stop exec's loop: a running program gets the signal too (its
+whole group: ``spark-sql``'s JVM under its shell script), and a signal that comes while a
+run opens keeps its program from starting, or reaches it as soon as it has started.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from types import FrameType
 from lockstep.barrier.runtime.heartbeat import Heartbeat
 from lockstep.barrier.session import JobSession
 from lockstep.errors import InvalidRequestError
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass
@@ -86,7 +88,9 @@ def _pass_on_late_signal(running: Running, process: subprocess.Popen[bytes]) -> 
 
 @contextmanager
 def forwarding_signals(running: Running, say: Callable[[str], None]) -> Iterator[None]:
-    """Ctrl-C and SIGTERM stop the loop and go on to the running program."""
+    """Ctrl-C, SIGTERM and SIGHUP (a closed terminal) stop the loop and go on to the running
+    program (in a session of its own, it would not see a hangup otherwise); exec then ends
+    as after an error, its folder removed (``exec_folder``)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -102,7 +106,7 @@ def forwarding_signals(running: Running, say: Callable[[str], None]) -> Iterator
             threading.Thread(target=running.interrupt, daemon=True).start()
         say(f"{signal_name(signum)}: stopping after this barrier")
 
-    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, handle) for s in STOP_SIGNALS}
     try:
         yield
     finally:

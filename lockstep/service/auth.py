@@ -6,6 +6,9 @@ The token file holds one grant per line (``#`` comments allowed)::
     job    orders,pay TOKEN # act for the jobs orders and pay only; read what readers read
     read   TOKEN            # read: status, resolve, leases, meta SQL, the catalog's tables
 
+A fourth role is never listed: ``run``, the credential ``lockstep exec`` hands its program,
+which the catalog mints for one run of a job and alone takes (``iceberg/run_credentials.py``).
+
 Tokens are compared in constant time and never logged. Which routes need which
 :class:`Access` is declared by each route's dependency (``deps.py``); what each role may
 do is :data:`ALLOWED`, and where a token may come in the URL :data:`URL_TOKEN_ROUTES`,
@@ -33,6 +36,7 @@ class Role(str, enum.Enum):
     ADMIN = "admin"
     JOB = "job"
     READ = "read"
+    RUN = "run"  # a run's credential: minted by the catalog, never in the token file
 
 
 class Access(enum.Enum):
@@ -45,14 +49,16 @@ class Access(enum.Enum):
 
 
 # Which roles have which access. A job token's ACT_FOR_JOB and WRITE_TABLES are further
-# bound to its own jobs (Grant.may_act_for; ownership.py for tables).
+# bound to its own jobs (Grant.may_act_for; ownership.py for tables). A run credential's are
+# bound to its one job, and further to the catalog's routes under its own run
+# (iceberg/run_credentials.py: RUN_CREDENTIAL_ROUTES); the service's own routes never know it.
 ALLOWED: Mapping[Access, frozenset[Role]] = {
-    Access.READ: frozenset({Role.ADMIN, Role.JOB, Role.READ}),
-    Access.ACT_FOR_JOB: frozenset({Role.ADMIN, Role.JOB}),
-    Access.WRITE_TABLES: frozenset({Role.ADMIN, Role.JOB}),
+    Access.READ: frozenset({Role.ADMIN, Role.JOB, Role.READ, Role.RUN}),
+    Access.ACT_FOR_JOB: frozenset({Role.ADMIN, Role.JOB, Role.RUN}),
+    Access.WRITE_TABLES: frozenset({Role.ADMIN, Role.JOB, Role.RUN}),
     Access.ADMIN: frozenset({Role.ADMIN}),
 }
-
+FILE_ROLES = (Role.ADMIN, Role.JOB, Role.READ)  # what a token file's lines may grant
 
 # Where a token may come in the URL (``?token=``) instead of the ``Authorization`` header, by
 # route, and why. A URL is written down where a header is not (browser history, proxies'
@@ -69,18 +75,29 @@ URL_TOKEN_PARAMETER = "token"
 
 @dataclass(frozen=True)
 class Grant:
-    """What one token may do: its role and, for a job token, the jobs it acts for."""
+    """What one token may do: its role and, for a job token, the jobs it acts for; for a
+    run credential, its one job and the run (instance token, barrier) it is bound to."""
 
     role: Role
     jobs: frozenset[str] = frozenset()
+    run: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.role is Role.RUN) != (self.run is not None and len(self.jobs) == 1):
+            raise ValueError("a run credential's grant names one job and its run, only it")
 
     def allows(self, access: Access, job_id: str | None = None) -> bool:
         """Whether this grant has ``access`` (for ``job_id``, when acting for a job)."""
         if self.role not in ALLOWED[access]:
             return False
-        if access is Access.ACT_FOR_JOB and self.role is Role.JOB:
+        if access is Access.ACT_FOR_JOB and self.role is not Role.ADMIN:
             return job_id is not None and job_id in self.jobs
         return True
+
+    def is_run(self, job_id: str, token: int, barrier_id: int) -> bool:
+        """Whether this is the credential of the run of ``job_id``'s instance ``token`` at
+        ``barrier_id``."""
+        return self.role is Role.RUN and self.jobs == {job_id} and self.run == (token, barrier_id)
 
     def may_act_for(self, job_id: str) -> bool:
         return self.allows(Access.ACT_FOR_JOB, job_id)
@@ -143,7 +160,7 @@ def load_tokens(path: Path) -> dict[str, Grant]:
 
 
 def _parse_line(parts: list[str], where: str) -> tuple[str, Grant]:
-    roles = {r.value for r in Role}
+    roles = {r.value for r in FILE_ROLES}
     if not parts or parts[0] not in roles:
         raise ConfigurationError(f"{where}: {_FORMAT}")
     role = Role(parts[0])
@@ -177,10 +194,23 @@ def _warn_if_readable(path: Path) -> None:
         )
 
 
+class IssuingTokens(dict[str, Grant]):
+    """The token file's tokens, and credentials an app mints itself and knows by their form,
+    never listed: the catalog's run credentials (``iceberg/run_credentials.py``). Only an
+    app given one takes them; the service's own routes are given the plain tokens."""
+
+    def issued(self, presented: str) -> Grant | None:
+        """The grant of a credential this app minted (None: not one of them)."""
+        return None
+
+
 def grant_of(tokens: Tokens, presented: str) -> Grant | None:
-    """The grant of a presented token (constant-time comparison against every token)."""
+    """The grant of a presented token (constant-time comparison against every token), or
+    of a credential ``tokens`` minted (:class:`IssuingTokens`)."""
     found = None
     for token, grant in tokens.items():
         if hmac.compare_digest(token.encode(), presented.encode()):
             found = grant
+    if found is None and isinstance(tokens, IssuingTokens):
+        found = tokens.issued(presented)
     return found

@@ -56,6 +56,10 @@ def mount_iceberg(
             "it from a sqlite:/// or postgresql:// store"
         )
     catalog = _served_catalog(store, settings)
+    if tokens is not None:  # and the run credentials they mint (run_credentials.py)
+        from lockstep.service.iceberg.run_credentials import RunCredentials
+
+        tokens = RunCredentials(tokens, store.now)
     from lockstep.service.iceberg.pinned import PinnedViews
 
     views = PinnedViews(
@@ -108,11 +112,16 @@ def create_iceberg_app(
     """The catalog's routes, answering every error in the Iceberg error model: under
     ``/v1``, and again under ``/v1/{prefix}`` for the pinned views (``pinned``)."""
     from lockstep.service.iceberg.routes import build_router, oauth_router, pinned_view
+    from lockstep.service.iceberg.run_credentials import confine_run_credentials
     from lockstep.service.iceberg.run_routes import add_run_routes
     from lockstep.service.iceberg.run_view import RunViews
 
     app = FastAPI(
-        title="Lockstep Iceberg REST catalog", openapi_url=None, docs_url=None, redoc_url=None
+        title="Lockstep Iceberg REST catalog",
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        dependencies=[Depends(confine_run_credentials)],  # before every route's own
     )
     app.state.tokens = tokens  # read by the service's Admin/Reader dependencies
 

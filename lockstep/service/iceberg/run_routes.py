@@ -5,7 +5,8 @@ Under ``/v1/lockstep/jobs/{job_id}``, each for a token that acts for the job
 (``JobActor``) and the job's current instance (the body's or query's ``token``):
 
 - ``POST .../runs`` ``{"token": T, "barrier": B}``: reset the staging branches, answer the
-  run view (``prefix``, and the ``warehouse`` that selects it);
+  run view (``prefix``, and the ``warehouse`` that selects it), the run's ``credential``
+  for its program (``run_credentials``) and the opener's role (``opened_by``);
 - ``GET .../staged?token=T``: each sink's staged head (what PROCESSED records);
 - ``POST .../publish`` ``{"token": T, "barrier": B, "snapshots": {...}}``: every sink's main
   moved at once (idempotent).
@@ -24,6 +25,7 @@ from lockstep.service.deps import Caller, JobActor
 from lockstep.service.iceberg.catalog import ServedCatalog
 from lockstep.service.iceberg.committer import Committer
 from lockstep.service.iceberg.ownership import Principal
+from lockstep.service.iceberg.run_credentials import run_credential
 from lockstep.service.iceberg.run_publish import open_run, publish, staged_heads
 from lockstep.service.iceberg.run_view import RUN_WAREHOUSE, Run
 
@@ -67,6 +69,9 @@ def add_run_routes(router: APIRouter, catalog: ServedCatalog) -> None:
         return {
             "prefix": prefix,
             "warehouse": RUN_WAREHOUSE + prefix,
+            # what the program gets instead of the opener's token (run_credentials.py)
+            "credential": run_credential(caller, run, catalog.clock()),
+            "opened_by": caller.role.value,
             "sinks": sorted(str(t) for t in run.sinks),
             "sources": sorted(str(t) for t in run.sources),
         }

@@ -48,6 +48,7 @@ from sqlalchemy.orm import Session
 from lockstep.barrier.iceberg.naming import iceberg_parts
 from lockstep.errors import InvalidRequestError, PermissionDeniedError
 from lockstep.meta_tables.store.sql.schema import JobBarrierRow, JobRow, JobSinkRow, JobSourceRow
+from lockstep.service.auth import Role
 from lockstep.service.deps import Caller
 from lockstep.service.iceberg import storage
 from lockstep.service.iceberg.as_of import as_of
@@ -189,7 +190,8 @@ class RunViews:
         self.files = files
 
     def run(self, prefix: str, caller: Caller) -> Run:
-        """The live run ``prefix`` names, if it is ``caller``'s (keyed with its credential)."""
+        """The live run ``prefix`` names, if it is ``caller``'s (keyed with its credential),
+        or ``caller`` holds that run's own credential (``run_credentials``)."""
         found = _RUN.fullmatch(prefix)
         if found is None:
             raise InvalidRequestError(
@@ -202,7 +204,13 @@ class RunViews:
             found.group(3),
             found.group(4),
         )
-        if not hmac.compare_digest(key, run_key(caller.credential, job_id, token, barrier_id)):
+        if caller.role is Role.RUN:  # a run credential (run_credentials.py): its own run's
+            if not caller.grant.is_run(job_id, token, barrier_id):
+                raise PermissionDeniedError(
+                    f"the run view {prefix!r} is another run's: a run credential "
+                    "(LOCKSTEP_CATALOG_TOKEN) opens its own run's view alone"
+                )
+        elif not hmac.compare_digest(key, run_key(caller.credential, job_id, token, barrier_id)):
             raise PermissionDeniedError(
                 f"the run view {prefix!r} was opened with another token: use the token "
                 "`lockstep exec` handed the program (LOCKSTEP_CATALOG_TOKEN)"
