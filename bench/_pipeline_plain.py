@@ -77,8 +77,11 @@ class PlainContext:
 
     def external(self, name: str) -> DataFrame:
         source = next(s for s in self.job.root_sources if s.name == name)
-        barrier = Barrier(self.barrier_id, datetime.now(timezone.utc))
-        return source.read(self.spark, source.plan_cut(barrier, None, None))
+        now = datetime.now(timezone.utc)
+        barrier = Barrier(self.barrier_id, now)
+        # the barrier before, as the runtime gives it: a cut spans every barrier after it
+        previous = Barrier(self.barrier_id - 1, now) if self.barrier_id > 1 else None
+        return source.read(self.spark, source.plan_cut(barrier, previous, None))
 
     def current(self, sink: str) -> DataFrame:
         self._ensure_table(sink)
