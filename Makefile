@@ -144,7 +144,7 @@ bench-pace: $(VENV)/.installed
 	$(BIN)/python bench/pipeline_pace.py
 
 # /healthz on the service's port and on its health port while 30 threads load tables of the
-# served catalog (#48): 3 rounds of a baseline and a flood of 300 loads (~1 min here)
+# served catalog (#48): 10 rounds of a baseline and a flood of 300 loads (~2 min here)
 bench-health: $(VENV)/.installed
 	$(BIN)/python bench/health_under_load.py
 

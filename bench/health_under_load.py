@@ -19,7 +19,7 @@ average (``uptime``) before and after each phase: the figures mean little on a b
 machine. ``--no-health-port`` serves without one (and a Lockstep without the setting is
 served so, as the code before it was measured).
 
-    .venv/bin/python bench/health_under_load.py            # 3 rounds of 300 loads, 30 threads
+    .venv/bin/python bench/health_under_load.py            # 10 rounds of 300 loads, 30 threads
     .venv/bin/python bench/health_under_load.py --quick    # the smoke run
 """
 
@@ -315,9 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=30, help="threads loading at once")
     parser.add_argument("--tables", type=int, default=3)
     parser.add_argument("--snapshots", type=int, default=20, help="appends to each table")
-    parser.add_argument("--rounds", type=int, default=3, help="baseline + flood, each round")
+    parser.add_argument("--rounds", type=int, default=10, help="baseline + flood, each round")
     parser.add_argument("--interval-ms", type=float, default=50, help="between two probes")
-    parser.add_argument("--baseline-s", type=float, default=5, help="a baseline's length")
+    parser.add_argument("--baseline-s", type=float, default=3, help="a baseline's length")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (the smoke run)")
     parser.add_argument("--no-health-port", action="store_true", help="serve without a health port")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
