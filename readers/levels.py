@@ -37,6 +37,12 @@ class ConsistencyLevel(str, enum.Enum):
     def semantics(self) -> Semantics:
         return SEMANTICS[self]
 
+    @property
+    def abbreviation(self) -> str:
+        """Two letters: where a level's full name is too long (a pinned catalog view's
+        prefix, ``rr-<lease>.<key>``)."""
+        return ABBREVIATIONS[self]
+
     @classmethod
     def parse(cls, value: str | ConsistencyLevel) -> ConsistencyLevel:
         if isinstance(value, ConsistencyLevel):
@@ -61,4 +67,10 @@ SEMANTICS: dict[ConsistencyLevel, Semantics] = {
     ConsistencyLevel.REPEATABLE_READ: Semantics(
         written_only=True, common_barrier=True, never_backwards=True
     ),
+}
+
+ABBREVIATIONS: dict[ConsistencyLevel, str] = {
+    ConsistencyLevel.READ_UNCOMMITTED: "ru",
+    ConsistencyLevel.READ_COMMITTED: "rc",
+    ConsistencyLevel.REPEATABLE_READ: "rr",
 }

@@ -75,14 +75,20 @@ from lockstep.service.iceberg.view_scope import parse_scope, scoped_tables, spli
 CONSISTENT_WAREHOUSE = "lockstep:repeatable_read"  # the warehouse that asks for a pinned view
 WAREHOUSE_PREFIX = "lockstep:"
 BARRIER_WAREHOUSE = "lockstep:barrier="  # + the barrier id
-# the warehouse of each pinned view's level, and its prefix's start
+# the warehouse of each pinned view's level, and its prefix's start: every level that reads
+# one common barrier (readers/levels.py), as a view shows every table at one barrier;
+# the strongest first
 LEVELS: dict[str, tuple[ConsistencyLevel, str]] = {
-    CONSISTENT_WAREHOUSE: (ConsistencyLevel.REPEATABLE_READ, "rr-"),
-    "lockstep:read_committed": (ConsistencyLevel.READ_COMMITTED, "rc-"),
+    f"{WAREHOUSE_PREFIX}{level.value}": (level, f"{level.abbreviation}-")
+    for level in reversed(ConsistencyLevel)
+    if level.semantics.common_barrier
 }
 HOLDER = "iceberg-rest-view"
 VIEW_TTL_S = 600.0
-_LEASED = re.compile(r"(rr|rc)-([0-9a-f]{1,64})\.([0-9a-f]{32})")
+_LEASED = re.compile(
+    f"({'|'.join(re.escape(start) for _, start in LEVELS.values())})"
+    r"([0-9a-f]{1,64})\.([0-9a-f]{32})"
+)
 _AT_BARRIER = re.compile(r"b([1-9][0-9]{0,17})")
 _IN_LIST_MAX = 500  # table names in one IN (...) list
 
