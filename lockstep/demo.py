@@ -191,9 +191,9 @@ class Dashboard:
                 return
 
     def counts(self) -> str:
-        short = {"read_uncommitted": "RU", "read_committed": "RC", "repeatable_read": "RR"}
         return ", ".join(
-            f"{short[level]} {s.reads} ({s.inconsistent} wrong)" for level, s in self.stats.items()
+            f"{ConsistencyLevel(level).abbreviation.upper()} {s.reads} ({s.inconsistent} wrong)"
+            for level, s in self.stats.items()
         )
 
 

@@ -349,9 +349,15 @@ class NoConsistentBarrierError(LockstepError):
     """No single barrier is available in every requested table at the requested level."""
 
     def __init__(
-        self, level: str, tables: Sequence[str], lagging: Sequence[str], detail: str
+        self,
+        level: str,
+        tables: Sequence[str],
+        lagging: Sequence[str],
+        detail: str,
+        *,
+        common_barrier: bool = True,  # the level's flag (readers/levels.py)
     ) -> None:
-        what = "no version" if level == "read_uncommitted" else f"no barrier ({level})"
+        what = f"no barrier ({level})" if common_barrier else "no version"
         super().__init__(
             f"{what} is readable in all of {_names(tables)}: {detail}; lagging: "
             f"{_names(lagging)}. Wait for the lagging tables' jobs, or read fewer tables"

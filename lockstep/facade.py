@@ -16,6 +16,7 @@ from lockstep.barrier.session import JobSession
 from lockstep.config import TOKEN_ENV, LockstepConfig
 from lockstep.errors import ConfigurationError, LockstepError
 from lockstep.meta_tables.store.base import MetadataStore
+from lockstep.readers.levels import LevelName
 from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, SnapshotSet
 from lockstep.readers.session import ReadSession
 from lockstep.stores import open_store
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from lockstep.meta_tables.delay import DelayReport
 
 Progress = Callable[[str], None]
-Level = ConsistencyLevel | Literal["read_uncommitted", "read_committed", "repeatable_read"]
+Level = ConsistencyLevel | LevelName
 
 
 def _table_list(tables: str | Iterable[str]) -> list[str]:

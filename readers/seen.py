@@ -2,7 +2,8 @@
 
 A service on PostgreSQL may answer a resolve from memory (``meta_tables/store/sql/
 head_cache.py``), which can trail the store by up to half a second (it checks the tables
-it holds twice a second). Memory answers ``repeatable_read`` only (WRITTEN versions). A
+it holds twice a second). Memory answers only a level that reads WRITTEN versions
+(``repeatable_read``), and only those levels never go backwards (``readers/levels.py``). A
 client that sends, per table, the newest WRITTEN barrier it has read or reported is never
 answered older than that, whichever replica or worker answers: it never sees a table go
 back, and it sees its own reports. :class:`Seen` keeps those floors for one client
@@ -49,9 +50,10 @@ class Seen:
 
     def floors(self, tables: Sequence[str], level: ConsistencyLevel) -> dict[str, int] | None:
         """The floors to send with a resolve of ``tables`` at ``level``; None when only the
-        store may answer (another level, or after :meth:`history_changed`)."""
+        store may answer (a level that reads staged versions, or after
+        :meth:`history_changed`)."""
         with self._lock:
-            if self._from_store or level is not ConsistencyLevel.REPEATABLE_READ:
+            if self._from_store or not level.semantics.written_only:
                 return None
             return {t: self._written[t] for t in tables if t in self._written}
 

@@ -58,12 +58,13 @@ from lockstep.cli.target import (
 )
 from lockstep.errors import LockstepError
 from lockstep.meta_tables.delay import DEFAULT_DELAY_BARRIERS
+from lockstep.readers.levels import ConsistencyLevel
 
 if TYPE_CHECKING:  # the facade pulls in SQLAlchemy, DuckDB and Arrow: load it lazily
     from lockstep.facade import Lockstep
     from lockstep.topology.model import JobSpec
 
-LEVELS = ("read_uncommitted", "read_committed", "repeatable_read")
+LEVELS = tuple(level.value for level in ConsistencyLevel)
 TOPOLOGY_FORMATS = ("text", "json", "dot", "mermaid")
 DEFAULT_LIST_LIMIT = 20
 DEFAULT_SQL_MAX_ROWS = 10_000

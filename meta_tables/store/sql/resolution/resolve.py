@@ -143,6 +143,7 @@ def _no_version(level: ConsistencyLevel, tables: list[str], empty: list[str]) ->
         empty,
         f"{', '.join(map(repr, empty))} {'has' if one else 'have'} no {which} yet (no "
         f"barrier {done} by {'its' if one else 'their'} writer job)",
+        common_barrier=level.semantics.common_barrier,
     )
 
 
