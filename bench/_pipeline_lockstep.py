@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockstep.barrier.coordinator import BarrierIssuer, Interval, IssuePolicy
 from lockstep.barrier.iceberg.catalog import IcebergCatalog
+from lockstep.barrier.issuer import BarrierIssuer, Interval, IssuePolicy
 from lockstep.barrier.runtime.runner import JobRunner
 from lockstep.barrier.session import JobSession
 from lockstep.cli.format import arrow_rows

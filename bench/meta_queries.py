@@ -42,7 +42,8 @@ from sqlalchemy.orm import Session
 
 from lockstep.meta_tables.pushdown import Restriction
 from lockstep.meta_tables.query import run_meta_query
-from lockstep.meta_tables.store.sql import resolve, retention
+from lockstep.meta_tables.store.sql import retention
+from lockstep.meta_tables.store.sql.resolution import resolve
 from lockstep.meta_tables.store.sql.schema import to_micros
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import ConsistencyLevel, SnapshotSet

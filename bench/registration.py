@@ -30,7 +30,7 @@ from _synthetic import Shape, Synthetic
 from _timing import HEADER, Figure, figure
 from sqlalchemy.orm import Session
 
-from lockstep.meta_tables.store.sql.rows import load_topology
+from lockstep.meta_tables.store.sql.io.jobs import load_topology
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.topology.model import JobSpec
 

@@ -24,10 +24,13 @@ cli             the command line, the demo and the walkthrough
 from __future__ import annotations
 
 import ast
+import importlib
+import sys
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -251,3 +254,100 @@ def test_a_501_line_module_and_an_81_line_function_are_caught() -> None:
         "    " + line + "\n" for line in _function("m", 81).splitlines()
     )
     assert size_breaches({"c.py": method}) == ["c.py:2: m is 81 lines (at most 80)"]
+
+
+# -- shims: old import paths kept for users, never imported from inside the repository ------
+
+# The deprecation shims and the module each re-exports. A shim is kept only where users
+# import it (a path the README or docs once showed); the repository imports the module.
+SHIMS = {
+    "lockstep.barrier.context": "lockstep.barrier.runtime.context",
+    "lockstep.barrier.kafka": "lockstep.barrier.sources.kafka",
+}
+
+
+def shims(sources: Mapping[str, tuple[str, str]]) -> dict[str, str]:
+    """The shims among ``sources`` ({module: (file shown, source text)}), each with the
+    module it re-exports: a module that warns ``DeprecationWarning`` at its top level."""
+    found = {}
+    for module, (shown, text) in sources.items():
+        body = ast.parse(text, shown).body
+        calls = [n.value for n in body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
+        if any("DeprecationWarning" in ast.unparse(call) for call in calls):
+            imported = [n.module for n in body if isinstance(n, ast.ImportFrom) and n.module]
+            found[module] = next((m for m in imported if room_of(m)), "?")
+    return found
+
+
+def shim_imports(
+    shim_modules: Mapping[str, str], files: Mapping[str, str], modules: Collection[str]
+) -> list[str]:
+    """Imports of a shim in ``files`` ({file shown in messages: source text}; ``modules``:
+    every module of the package), each named with its file, line and the module to import.
+    A test that checks a shim itself imports it by name (importlib), not by a statement."""
+    found = []
+    for shown, text in sorted(files.items()):
+        for target, line in imported_modules(ast.parse(text, shown), modules):
+            if target in shim_modules:
+                found.append(
+                    f"{shown}:{line}: imports the deprecated shim {target}: import "
+                    f"{shim_modules[target]}"
+                )
+    return found
+
+
+def test_the_shims_are_known() -> None:
+    assert shims(project_sources()) == SHIMS
+
+
+def test_no_shim_is_imported_from_inside_the_repository() -> None:
+    sources = project_sources()
+    assert shim_imports(shims(sources), sized_sources(), sources) == []
+
+
+def test_an_import_of_a_shim_is_caught_with_file_and_line() -> None:
+    sources = project_sources()
+    files = sized_sources()
+    planted = {
+        "bench/meta_queries.py": "\nfrom lockstep.barrier import kafka\n",
+        "lockstep/cli/main.py": "\nfrom lockstep.barrier.context import BarrierContext\n",
+        "tests/test_levels.py": "\n\ndef _lazy() -> None:\n    import lockstep.barrier.kafka\n",
+    }
+    lines = {}
+    for shown, added in planted.items():
+        lines[shown] = files[shown].count("\n") + added.count("\n")
+        files[shown] += added
+    assert shim_imports(shims(sources), files, sources) == [
+        f"bench/meta_queries.py:{lines['bench/meta_queries.py']}: imports the deprecated "
+        "shim lockstep.barrier.kafka: import lockstep.barrier.sources.kafka",
+        f"lockstep/cli/main.py:{lines['lockstep/cli/main.py']}: imports the deprecated "
+        "shim lockstep.barrier.context: import lockstep.barrier.runtime.context",
+        f"tests/test_levels.py:{lines['tests/test_levels.py']}: imports the deprecated "
+        "shim lockstep.barrier.kafka: import lockstep.barrier.sources.kafka",
+    ]
+
+
+def test_a_module_that_warns_at_import_is_a_shim() -> None:
+    sources = project_sources()
+    sources["lockstep.barrier.old_issuer"] = (
+        "barrier/old_issuer.py",
+        "import warnings\n\nfrom lockstep.barrier.issuer import BarrierIssuer\n\n"
+        'warnings.warn("use lockstep.barrier.issuer", DeprecationWarning, stacklevel=2)\n',
+    )
+    found = shims(sources)
+    assert found == {**SHIMS, "lockstep.barrier.old_issuer": "lockstep.barrier.issuer"}
+    files = {"bench/x.py": "from lockstep.barrier.old_issuer import BarrierIssuer\n"}
+    assert shim_imports(found, files, sources) == [
+        "bench/x.py:1: imports the deprecated shim lockstep.barrier.old_issuer: import "
+        "lockstep.barrier.issuer"
+    ]
+
+
+@pytest.mark.parametrize(("shim", "module"), sorted(SHIMS.items()))
+def test_a_shim_warns_and_gives_the_module_s_names(shim: str, module: str) -> None:
+    sys.modules.pop(shim, None)
+    with pytest.warns(DeprecationWarning, match=module):
+        old = importlib.import_module(shim)
+    new = importlib.import_module(module)
+    assert old.__all__
+    assert all(getattr(old, name) is getattr(new, name) for name in old.__all__)

@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import lockstep
-    from lockstep.barrier.coordinator import BarrierIssuer, OnDemand
+    from lockstep.barrier.issuer import BarrierIssuer, OnDemand
     from lockstep.errors import StoreError
 
     ls = lockstep.connect(args.target)
