@@ -46,7 +46,7 @@ from lockstep.meta_tables.store.sql import (
     topology,
     wakeups,
 )
-from lockstep.meta_tables.store.sql.batching import groups
+from lockstep.meta_tables.store.sql.batching import group_commit
 from lockstep.meta_tables.store.sql.batching.immediate import Immediate
 from lockstep.meta_tables.store.sql.engine import (
     WRITE_OPTION,
@@ -277,15 +277,15 @@ class SqlMetadataStore(MetadataStore):
         )
 
     def apply_calls(self, calls: Sequence[Call]) -> list[Outcome]:
-        """The calls in one transaction (``batching/groups.py``). At a refused call that
+        """The calls in one transaction (``batching/group_commit.py``). At a refused call that
         transaction is rolled back, and the calls left are applied again without it."""
         outcomes: dict[int, Outcome] = {}
         left = list(enumerate(calls))
         while left:
-            group = functools.partial(groups.apply_in_order, calls=left, clock=self._clock)
+            group = functools.partial(group_commit.apply_in_order, calls=left, clock=self._clock)
             try:
                 outcomes.update(self._write(group))
-            except groups.Refused as refused:
+            except group_commit.Refused as refused:
                 outcomes[refused.index] = refused.error
                 left = [(i, call) for i, call in left if i != refused.index]
                 continue

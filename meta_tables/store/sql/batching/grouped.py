@@ -1,7 +1,7 @@
 """A group's batch: its reads made once, its writes held and sent together (design §4, "Group
 commit"; docs/design.md).
 
-Within a group of protocol calls (``groups.py``), what a call would do alone is done for
+Within a group of protocol calls (``group_commit.py``), what a call would do alone is done for
 the whole group, without changing any call's answer:
 
 - **Versions read ahead.** Before the calls run, the versions the reports will read at

@@ -7,14 +7,13 @@ The protocol's store functions (``protocol/``) state the rules of a call: what i
 what it checks, what it writes. *When* those reads and writes reach the database is the
 batch's business, in one of two ways:
 
-- ``batching.immediate.Immediate``: one call alone in its transaction. Every read goes to the store,
-  every write is sent at once, the tables' heads are refreshed and the readers announced as
-  the call goes.
+- ``batching.immediate.Immediate``: one call alone in its transaction. Every read goes to
+  the store, every write is sent at once, the tables' heads are refreshed and the readers
+  announced as the call goes.
 - ``batching.grouped.Grouped``: one call of a group applied in one transaction
-  (``batching/groups.py``). Reads
-  may have been made ahead for the whole group, writes are held to the group's end, and the
-  heads, announcements and progress rows are written once for all its calls
-  (docs/design.md §4, "Group commit").
+  (``batching/group_commit.py``). Reads may have been made ahead for the whole group,
+  writes are held to the group's end, and the heads, announcements and progress rows are
+  written once for all its calls (docs/design.md §4, "Group commit").
 
 Both keep, for the transaction, the jobs loaded with their rows locked (nobody else can
 change a locked row) and the barriers read (a barrier's issue time never changes).
