@@ -1,6 +1,7 @@
 """Resolution on the service's event loop, for a store on PostgreSQL (``store/sql/
-loop_reads.py``): the resolution contract through the service, that the loop path really
-answers, and what it does with connections the server dropped or a request cancelled."""
+resolution/on_loop.py``): the resolution contract through the service, that the loop path
+really answers, and what it does with connections the server dropped or a request
+cancelled."""
 
 from __future__ import annotations
 
