@@ -176,9 +176,10 @@ def resolve_figures(remote: RemoteMetadataStore, tables: list[str], quick: bool)
     """Resolving 10 random tables through the service, interleaved with ``/healthz``.
 
     The service keeps in memory the tables it has been asked about (``meta_tables/store/
-    sql/head_cache.py``), as a dashboard asks for its tables again and again. So first one
-    pass asks for every table once, 10 at a time (each a first read, answered by the store:
-    a figure of its own), then the timed resolves ask for tables asked for before."""
+    sql/resolution/head_cache.py``), as a dashboard asks for its tables again and again. So
+    first one pass asks for every table once, 10 at a time (each a first read, answered by
+    the store: a figure of its own), then the timed resolves ask for tables asked for
+    before."""
     shuffled = random.sample(tables, len(tables))
     first = []
     for start in range(0, len(shuffled), 10):

@@ -126,7 +126,7 @@ class Recorder:
 
 class StatementCounter:
     """Counts the SQL statements an engine's connections run: those SQLAlchemy sends and
-    those sent on the driver's own cursor (resolve, ``store/sql/driver.py``). Each
+    those sent on the driver's own cursor (resolve, ``store/sql/io/cursor.py``). Each
     DB-API connection opened from now on (the pool is emptied first) gets a counting
     hook: SQLite's trace callback (``BEGIN`` counted, ``COMMIT``/``ROLLBACK`` and trigger
     bodies not, as SQLAlchemy's count had it), psycopg's cursor class (an implicit

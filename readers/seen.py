@@ -1,7 +1,7 @@
 """What one client has seen of each table: the floor under the answers it may be given.
 
 A service on PostgreSQL may answer a resolve from memory (``meta_tables/store/sql/
-head_cache.py``), which can trail the store by up to half a second (it checks the tables
+resolution/head_cache.py``), which can trail the store by up to half a second (it checks the tables
 it holds twice a second). Memory answers only a level that reads WRITTEN versions
 (``repeatable_read``), and only those levels never go backwards (``readers/levels.py``). A
 client that sends, per table, the newest WRITTEN barrier it has read or reported is never

@@ -152,7 +152,7 @@ def test_a_next_barrier_call_is_a_look(held: HeldFirstWrite) -> None:
     held.close()
 
 
-# -- what a group does once (meta_tables/store/sql/group_commit.py) ----------------------
+# -- what a group does once (meta_tables/store/sql/batching/group_commit.py) -------------
 
 TWO_PIPELINES = (
     JobSpec("load_a", sinks=("a",)),

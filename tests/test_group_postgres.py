@@ -1,8 +1,9 @@
-"""What a group of protocol calls sends to PostgreSQL (``meta_tables/store/sql/group_commit.py``):
-every call's search for its job's next barrier read ahead in one statement
-(``search_ahead.py``), and each of its inserts one statement over the group's rows
-(``driver.unnested_rows``), where its updates stay one seek a row. The answers are checked
-with the statements: each call's is the one it gets alone (``calls_contract``)."""
+"""What a group of protocol calls sends to PostgreSQL (``meta_tables/store/sql/batching/
+group_commit.py``): every call's search for its job's next barrier read ahead in one
+statement (``batching/read_ahead.py``), and each of its inserts one statement over the
+group's rows (``io/postgres.unnested_rows``), where its updates stay one seek a row. The
+answers are checked with the statements: each call's is the one it gets alone
+(``calls_contract``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ ROOTS = [f"load_{p}" for p in range(PIPELINES)]
 READERS = [f"sum_{p}" for p in range(PIPELINES)]
 SEARCH = "min(ls_table_version.barrier_id)"  # a search of one job's sources
 ROOT_SEARCH = "min(ls_barrier.barrier_id)"  # a search of the barriers (a root job's)
-AHEAD = "AS lw"  # the group's searches, read ahead (``search_ahead``)
+AHEAD = "AS lw"  # the group's searches, read ahead (``read_ahead``)
 
 
 @pytest.fixture

@@ -3,7 +3,8 @@ replicas against one database: the store contract holds with ``prepare_threshold
 the job protocol from many threads at once loses nothing, a store without the option
 fails with an error that names it, other processes' writes still wake this one's waiting
 jobs when the listener connects to the server (``listen_port``), and ``lockstep serve``
-with two workers serves the protocol and its event-loop reads (``loop_reads``) through it."""
+with two workers serves the protocol and its event-loop reads (``resolution/on_loop.py``)
+through it."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ models; errors leave as ``{"error", "message", "details"}`` with the status mapp
 ``wire.py``, whatever refused the request (a route, validation, auth, the front door in
 ``guard.py``). Endpoints are plain ``def``: the store is synchronous and FastAPI runs them
 on its thread pool; on PostgreSQL, ``/v1/resolve`` runs on the event loop instead
-(``meta_tables/store/sql/loop_reads.py``). Meta SQL and exports run on a small pool of
+(``meta_tables/store/sql/resolution/on_loop.py``). Meta SQL and exports run on a small pool of
 their own, answering 429 when it and its queue are full, so heavy queries never hold up
 health checks, the job protocol or reads; ``/healthz`` runs on the event loop and never
 waits for a thread.
@@ -303,7 +303,7 @@ def _add_reads(
 
     @fast.post(app, "/v1/resolve")
     async def resolve(body: ResolveIn, _: Reader) -> Response:
-        # on the event loop where the store can (loop_reads.py), else on a thread
+        # on the event loop where the store can (resolution/on_loop.py), else on a thread
         found = None
         if loop_reads is not None:
             found = await loop_reads.resolve(body.tables, body.level, body.seen)

@@ -82,7 +82,7 @@ class _TablesIn(_Body):
 class ResolveIn(_TablesIn):
     # per table, the newest WRITTEN barrier the caller has read or reported; given, the
     # service may answer repeatable_read from memory, never older than that
-    # (meta_tables/store/sql/head_cache.py)
+    # (meta_tables/store/sql/resolution/head_cache.py)
     seen: dict[Name, Annotated[int, Field(ge=0, le=INT64_MAX)]] | None = Field(
         default=None,
         max_length=1000,
