@@ -1,6 +1,7 @@
 """Which metadata store a URL names: one registry, so no caller branches on the backend.
 
-``sqlite:///…`` and ``postgresql://…`` open the SQL store in-process (embedded);
+``sqlite:///…``, ``postgresql://…`` and ``mariadb://…`` (or ``mysql://…``) open the SQL
+store in-process (embedded; each database's differences: ``meta_tables/store/sql/dialects/``);
 ``http(s)://host:port`` (a comma-separated list for replicas) reaches a coordinator service.
 A new backend is one entry in :data:`BACKENDS`.
 
@@ -69,10 +70,12 @@ def _open_service(url: str, options: StoreOptions) -> MetadataStore:
 BACKENDS: dict[str, StoreFactory] = {
     "sqlite": _open_sql,
     "postgresql": _open_sql,
+    "mariadb": _open_sql,
+    "mysql": _open_sql,  # MariaDB's driver speaks to MySQL too
     "http": _open_service,
     "https": _open_service,
 }
-EMBEDDED = frozenset({"sqlite", "postgresql"})  # opened in this process
+EMBEDDED = frozenset({"sqlite", "postgresql", "mariadb", "mysql"})  # opened in this process
 _ALIASES = {"postgres": "postgresql"}
 
 
@@ -85,8 +88,8 @@ def normalize_store_url(url: str) -> str:
     kind = _ALIASES.get(kind, kind)
     if kind not in BACKENDS:
         raise ConfigurationError(
-            f"unsupported target {url!r}: give a home directory, a sqlite:/// or "
-            "postgresql:// store URL, or an http:// coordinator service"
+            f"unsupported target {url!r}: give a home directory, a sqlite:///, "
+            "postgresql:// or mariadb:// store URL, or an http:// coordinator service"
         )
     url = f"{kind}{plus}{driver}://{rest}"
     # a service's replicas are one target, its URLs comma-separated: each is checked
@@ -104,7 +107,8 @@ def normalize_store_url(url: str) -> str:
 
 
 def store_kind(url: str) -> str:
-    """The backend a URL names: ``sqlite``, ``postgresql``, ``http`` or ``https``."""
+    """The backend a URL names: ``sqlite``, ``postgresql``, ``mariadb``, ``mysql``, ``http``
+    or ``https``."""
     return normalize_store_url(url).partition("://")[0].partition("+")[0]
 
 

@@ -18,8 +18,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from lockstep.errors import StoreError
+from lockstep.meta_tables.store.sql.dialects.postgresql import leave_autocommit
 from lockstep.meta_tables.store.sql.io import cursor, versions
-from lockstep.meta_tables.store.sql.io.cursor import leave_autocommit
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import ConsistencyLevel
 from lockstep.topology.model import JobSpec

@@ -1,5 +1,6 @@
 """The dependency rule: lower rooms never import higher ones, folders never import in a circle;
-and the sizes: modules of at most 500 lines, functions of at most 80.
+the sizes: modules of at most 500 lines, functions of at most 80; and the dialects: no module
+but the dialect objects (``meta_tables/store/sql/dialects/``) branches on a database's name.
 
 The rooms, lowest first (docs/architecture.md draws them). A module may import its own room
 and the rooms before it, never one after it; ``TYPE_CHECKING`` and function-level imports
@@ -351,3 +352,133 @@ def test_a_shim_warns_and_gives_the_module_s_names(shim: str, module: str) -> No
     new = importlib.import_module(module)
     assert old.__all__
     assert all(getattr(old, name) is getattr(new, name) for name in old.__all__)
+
+
+# -- dialects: one object per database, no branching on its name (docs/architecture.md) -----
+
+DIALECT_PACKAGE = "meta_tables/store/sql/dialects/"
+DATABASE_NAMES = frozenset({"sqlite", "postgresql", "postgres", "mysql", "mariadb"})
+
+
+def _is_dialect_name(node: ast.expr) -> bool:
+    """``dialect.name``, ``engine.dialect.name``, ``conn.dialect.name``..."""
+    if not (isinstance(node, ast.Attribute) and node.attr == "name"):
+        return False
+    owner = node.value
+    return (isinstance(owner, ast.Attribute) and owner.attr == "dialect") or (
+        isinstance(owner, ast.Name) and owner.id.endswith("dialect")
+    )
+
+
+def _names_a_database(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value in DATABASE_NAMES
+
+
+def dialect_comparisons(sources: Mapping[str, str]) -> list[str]:
+    """Branches on a database's name outside the dialect objects in ``sources`` ({file
+    shown in messages: source text}): a comparison with a dialect's ``name``, an equality
+    with a database's name (``== "postgresql"``), or a ``startswith`` of one."""
+    found = []
+    for shown, text in sorted(sources.items()):
+        if shown.startswith(DIALECT_PACKAGE):
+            continue
+        for node in ast.walk(ast.parse(text, shown)):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                equality = any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops)
+                branches = any(_is_dialect_name(o) for o in operands) or (
+                    equality and any(_names_a_database(o) for o in operands)
+                )
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                branches = node.func.attr == "startswith" and any(
+                    _names_a_database(a) for a in node.args
+                )
+            else:
+                continue
+            if branches:
+                found.append(
+                    f"{shown}:{node.lineno}: branches on a database's name: ask its dialect "
+                    f"object ({DIALECT_PACKAGE}) for a capability or a hook instead"
+                )
+    return found
+
+
+def test_no_module_branches_on_a_dialect_name() -> None:
+    sources = {shown: text for shown, text in project_sources().values()}
+    assert dialect_comparisons(sources) == []
+
+
+def test_a_branch_on_a_dialect_name_is_caught_with_file_and_line() -> None:
+    sources = {shown: text for shown, text in project_sources().values()}
+    shown = "meta_tables/store/sql/heads.py"
+    text = sources[shown]
+    planted = (
+        "\n\ndef _sneaky(connection, url):\n"
+        "    if connection.dialect.name != 'postgresql':\n"
+        "        return url.startswith('sqlite')\n"
+        "    return dialect.name in ('mysql',) or backend == 'mariadb'\n"
+    )
+    sources[shown] = text + planted
+    line = text.count("\n") + 4
+    assert [v.split(": ", 1)[0] for v in dialect_comparisons(sources)] == [
+        f"{shown}:{line}",
+        f"{shown}:{line + 1}",
+        f"{shown}:{line + 2}",
+        f"{shown}:{line + 2}",
+    ]
+    # the dialect objects themselves may: that is where a name maps to its object
+    inside = "meta_tables/store/sql/dialects/sqlite.py"
+    assert dialect_comparisons({inside: planted}) == []
+
+
+# -- SQLAlchemy in the store's SQL package alone (#49) ---------------------------------------
+
+# Product code speaks to the database through the store's interfaces (``MetadataStore``, the
+# served catalog's ``CatalogStore``), whose SQL implementation is the one package that
+# imports SQLAlchemy. Tests, benchmarks and tools are not held to it: they build old schemas,
+# tamper with rows and time statements on purpose.
+SQL_PACKAGE = "meta_tables/store/sql/"
+
+
+def sqlalchemy_imports(sources: Mapping[str, str]) -> list[str]:
+    """Imports of SQLAlchemy outside :data:`SQL_PACKAGE` in ``sources`` ({file shown in
+    messages: source text}), lazy and ``TYPE_CHECKING`` ones too, each with its line."""
+    found = []
+    for shown, text in sorted(sources.items()):
+        if shown.startswith(SQL_PACKAGE):
+            continue
+        for node in ast.walk(ast.parse(text, shown)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            if any(n == "sqlalchemy" or n.startswith("sqlalchemy.") for n in names):
+                found.append(
+                    f"{shown}:{node.lineno}: imports SQLAlchemy; only {SQL_PACKAGE} does: "
+                    "call the store's interface (meta_tables/store/base.py, catalog.py)"
+                )
+    return found
+
+
+def test_only_the_stores_sql_package_imports_sqlalchemy() -> None:
+    sources = {shown: text for shown, text in project_sources().values()}
+    assert sqlalchemy_imports(sources) == []
+
+
+def test_an_import_of_sqlalchemy_elsewhere_is_caught_with_file_and_line() -> None:
+    sources = {shown: text for shown, text in project_sources().values()}
+    shown = "lockstep/service/iceberg/catalog.py"
+    text = sources[shown]
+    lazy = "\n\ndef _sneaky() -> None:\n    import sqlalchemy.orm  # noqa\n"
+    sources[shown] = text + "\nfrom sqlalchemy import select\n" + lazy
+    line = text.count("\n") + 2
+    assert [v.split(": ", 1)[0] for v in sqlalchemy_imports(sources)] == [
+        f"{shown}:{line}",
+        f"{shown}:{line + 4}",
+    ]
+    # the store's SQL package may, and a name that only starts like it is not SQLAlchemy
+    inside = {"meta_tables/store/sql/catalog/pointers.py": "from sqlalchemy import select\n"}
+    assert sqlalchemy_imports(inside) == []
+    assert sqlalchemy_imports({"x.py": "import sqlalchemy_utils\n"}) == []

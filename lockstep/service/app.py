@@ -41,6 +41,7 @@ from lockstep.errors import (
 )
 from lockstep.meta_tables.query import run_meta_query
 from lockstep.meta_tables.store.base import MetadataStore
+from lockstep.meta_tables.store.sql.dialects import of as of_engine
 from lockstep.meta_tables.store.sql.schema import to_micros
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.readers.model import Lease, SnapshotSet
@@ -342,7 +343,7 @@ def _add_reads(
 
 def _loop_reads(app: FastAPI, store: MetadataStore) -> LoopReads | None:
     """Resolution on the event loop, for a store on PostgreSQL (closed with the app)."""
-    if not isinstance(store, SqlMetadataStore) or store.engine.dialect.name != "postgresql":
+    if not isinstance(store, SqlMetadataStore) or not of_engine(store.engine).reads_on_event_loop:
         return None
     from lockstep.meta_tables.store.sql.resolution.on_loop import LoopReads  # needs psycopg
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockstep.barrier.issuer import BackgroundIssuer, BarrierIssuer
 from lockstep.errors import ConfigurationError
+from lockstep.meta_tables.store.sql.dialects import for_url as store_dialect
 from lockstep.service.access_log import access_logged
 from lockstep.service.auth import Grant, load_tokens
 from lockstep.service.banner import banner
@@ -185,8 +186,8 @@ def _check(settings: ServiceSettings) -> dict[str, Grant] | None:
     the token file (None without one)."""
     if not is_embedded(settings.store):
         raise ConfigurationError(
-            f"the service keeps its state in a SQL store (sqlite:///… or postgresql://…), "
-            f"not {settings.store}"
+            "the service keeps its state in a SQL store (sqlite:///…, postgresql://… or "
+            f"mariadb://…), not {settings.store}"
         )
     settings.issue_policy()  # the barrier ticker's settings name one policy
     tokens = load_tokens(settings.token_file) if settings.token_file else None
@@ -203,10 +204,11 @@ def _check(settings: ServiceSettings) -> dict[str, Grant] | None:
             f"health_port {settings.health_port} is the service's port: give another "
             "(a process of its own answers liveness probes there)"
         )
-    if settings.workers > 1 and not settings.store.startswith("postgresql"):
+    if settings.workers > 1 and store_dialect(settings.store).wakeups == "process":
         raise ConfigurationError(
-            f"workers = {settings.workers} needs a PostgreSQL store: on SQLite a write in one "
-            "process cannot wake the long polls of another; run one worker (the default)"
+            f"workers = {settings.workers} needs a PostgreSQL store (or MariaDB): on SQLite "
+            "a write in one process cannot wake the long polls of another; run one worker "
+            "(the default)"
         )
     return tokens
 
@@ -289,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m lockstep.service.server`` (``lockstep serve`` calls the same)."""
     parser = argparse.ArgumentParser(prog="lockstep serve", description=__doc__)
     parser.add_argument("--config", type=Path, help="a TOML file of service settings")
-    parser.add_argument("--store", help="store URL (sqlite:///… or postgresql://…)")
+    parser.add_argument("--store", help="store URL (sqlite:///…, postgresql://…, mariadb://…)")
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
     parser.add_argument("--token-file", type=Path, help="lines of 'ROLE TOKEN' (admin|read)")

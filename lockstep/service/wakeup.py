@@ -7,8 +7,9 @@ when the store announces a write that concerns the job (``meta_tables/store/sql/
 wakeups.py``: this replica's own writes at commit, other replicas' through PostgreSQL
 ``LISTEN/NOTIFY``). Each look is one ``next_barrier`` call (in the service, applied with
 other jobs' calls in one transaction: ``group_commit.py``), so the answer, and the start it
-records, are exactly those of a plain call. A store that cannot announce makes the waits
-look again on a timer (0.05 s doubling to 1 s).
+records, are exactly those of a plain call. A store that cannot announce (a remote one, or
+one on MariaDB, which has no NOTIFY: ``StoreDialect.wakeups``) makes the waits look again on
+a timer (0.05 s doubling to 1 s).
 
 A job waiting in a long poll sends no heartbeats (``RemoteMetadataStore`` skips them while
 its poll is out): every :data:`SEEN_EVERY_S` the service records all its waiting instances

@@ -1,6 +1,6 @@
 """The metadata store: the interface (:mod:`.base`) and its SQLAlchemy implementation
-(:mod:`.sql`, SQLite and PostgreSQL). The HTTP client of the service is a third backend;
-``lockstep.stores.open_store(target)`` picks one."""
+(:mod:`.sql`, on SQLite, PostgreSQL or MariaDB). The HTTP client of the service is another
+backend; ``lockstep.stores.open_store(target)`` picks one."""
 
 from lockstep.barrier.model import TableStatus
 from lockstep.meta_tables.store.base import MetadataStore

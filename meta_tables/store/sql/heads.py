@@ -39,12 +39,12 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Insert, ScalarSelect, bindparam, func, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import ColumnElement, FromClause
 
 from lockstep.barrier.model import VersionState
-from lockstep.meta_tables.store.sql import wakeups
+from lockstep.meta_tables.store.sql import dialects, wakeups
+from lockstep.meta_tables.store.sql.dialects.base import StoreDialect
 from lockstep.meta_tables.store.sql.io.postgres import unnested_names
 from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
@@ -56,7 +56,6 @@ from lockstep.meta_tables.store.sql.schema import (
 TV = TableVersionRow
 WRITTEN = VersionState.WRITTEN.value
 CHANNEL = "lockstep_heads"  # NOTIFY: these tables' WRITTEN history or horizon changed
-_NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
 
 
 def _newest(names: FromClause, name: ColumnElement[str], written_only: bool) -> ScalarSelect[Any]:
@@ -68,14 +67,14 @@ def _newest(names: FromClause, name: ColumnElement[str], written_only: bool) -> 
 
 
 @functools.cache
-def _upsert(dialect: str, every_table: bool) -> Insert:
+def _upsert(dialect: StoreDialect, every_table: bool) -> Insert:
     """INSERT the tables' recomputed heads, or UPDATE the rows they have (one statement).
 
-    Named tables (``:tables``) on PostgreSQL are unnested, each head computed from its
-    name: given ``table_name IN (...)`` for a group's tables, the planner scanned every
-    table's row (``tests/test_postgres_plans.py``)."""
+    Named tables (``:tables``) with arrays (PostgreSQL) are unnested, each head computed
+    from its name: given ``table_name IN (...)`` for a group's tables, the planner scanned
+    every table's row (``tests/test_postgres_plans.py``)."""
     name: ColumnElement[str]
-    if every_table or dialect != "postgresql":
+    if every_table or not dialect.arrays:
         name = TableRow.__table__.c.table_name
         names: FromClause = TableRow.__table__
     else:
@@ -88,18 +87,18 @@ def _upsert(dialect: str, every_table: bool) -> Insert:
     ).select_from(names)
     if every_table:
         source = source.where(TableRow.table_name.is_not(None))  # SQLite: a WHERE before ON
-    elif dialect != "postgresql":
+    elif not dialect.arrays:
         source = source.where(TableRow.table_name.in_(bindparam("tables", expanding=True)))
-    build = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = build(TableHeadRow).from_select(
+    statement = dialect.insert(TableHeadRow).from_select(
         ["table_name", "newest_barrier", "newest_written", "newest_written_ts"], source
     )
-    return statement.on_conflict_do_update(
-        index_elements=["table_name"],
-        set_={
-            "newest_barrier": statement.excluded.newest_barrier,
-            "newest_written": statement.excluded.newest_written,
-            "newest_written_ts": statement.excluded.newest_written_ts,
+    return dialect.upsert(
+        statement,
+        ["table_name"],
+        lambda offered: {
+            "newest_barrier": offered.newest_barrier,
+            "newest_written": offered.newest_written,
+            "newest_written_ts": offered.newest_written_ts,
         },
     )
 
@@ -111,7 +110,7 @@ def refresh(s: Session, tables: Sequence[str], *, history: bool = False) -> None
     Runs on the session's connection: flush pending ORM changes to the versions first."""
     if tables:
         connection = s.connection()
-        statement = _upsert(connection.dialect.name, False)
+        statement = _upsert(dialects.of(connection), False)
         connection.execute(statement, {"tables": sorted(set(tables))})
         if history:
             announce(connection, tables)
@@ -119,14 +118,16 @@ def refresh(s: Session, tables: Sequence[str], *, history: bool = False) -> None
 
 def rebuild(connection: Connection) -> None:
     """Recompute every table's heads (a schema upgrade, or after a bulk load)."""
-    connection.execute(_upsert(connection.dialect.name, True))
+    connection.execute(_upsert(dialects.of(connection), True))
     announce(connection, None)
 
 
 def announce(connection: Connection, tables: Collection[str] | None) -> None:
-    """On PostgreSQL, tell every process that keeps the heads in memory that ``tables``
-    (None: every table) changed: their WRITTEN history or horizon. Delivered at commit."""
-    if connection.dialect.name != "postgresql":
+    """Where the dialect notifies (PostgreSQL), tell every process that keeps the heads in
+    memory that ``tables`` (None: every table) changed: their WRITTEN history or horizon.
+    Delivered at commit. (Only PostgreSQL keeps them in memory: ``head_cache``.)"""
+    dialect = dialects.of(connection)
+    if dialect.wakeups != "notify":
         return
     for payload in wakeups.payloads(None if tables is None else frozenset(tables)):
-        connection.execute(_NOTIFY, {"payload": payload})
+        dialect.notify(connection, CHANNEL, payload)

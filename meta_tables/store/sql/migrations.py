@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from sqlalchemy import Connection, Engine, insert, inspect, select, text
 
 from lockstep.errors import StoreVersionError
-from lockstep.meta_tables.store.sql import heads
+from lockstep.meta_tables.store.sql import dialects, heads
 from lockstep.meta_tables.store.sql.schema import (
     Base,
     IcebergIdempotencyRow,
@@ -31,7 +31,7 @@ from lockstep.meta_tables.store.sql.schema import (
 MigrationStep = Callable[[Connection], None]
 
 CURRENT_VERSION = 10
-_PG_MIGRATION_LOCK = 0x4C6F636B  # advisory lock key: one migrating process at a time
+MIGRATION_LOCK = 0x4C6F636B  # the store-wide lock of migrations: one process at a time
 
 
 def _add_operations_tables(connection: Connection) -> None:
@@ -152,6 +152,7 @@ def migrate(
             _lock(connection)
             found = stored_version(connection)
             if found is None:
+                dialects.of(connection).prepare_database(connection)
                 Base.metadata.create_all(connection)
                 _stamp(connection, current)
                 return [current]
@@ -171,9 +172,7 @@ def migrate(
 
 
 def _lock(connection: Connection) -> None:
-    # SQLite: the write transaction (BEGIN IMMEDIATE) already serializes us.
-    if connection.dialect.name == "postgresql":
-        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})
+    dialects.of(connection).serialize(connection, MIGRATION_LOCK)
 
 
 def _stamp(connection: Connection, version: int) -> None:

@@ -1,7 +1,10 @@
 """SQLAlchemy schema of the metadata store (schema version: ``migrations.CURRENT_VERSION``).
 
 Times are stored as integer microseconds since the Unix epoch (UTC): exact, portable across
-SQLite and PostgreSQL, cheap to index, and trivial to turn into timestamps in the SQL views.
+SQLite, PostgreSQL and MariaDB, cheap to index, and trivial to turn into timestamps in the
+SQL views. Text and bytes of no bound length are :data:`LongText` and :data:`LongBytes`:
+MariaDB's ``TEXT`` and ``BLOB`` stop at 64 KiB, so there they are ``LONGTEXT`` and
+``LONGBLOB`` (the others' ``TEXT`` and ``BLOB``/``BYTEA`` have no such bound).
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ from sqlalchemy import (
     TypeDecorator,
     false,
 )
+from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LongText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+LongBytes = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 
 
 def to_micros(value: datetime) -> int:
@@ -63,7 +69,7 @@ class SchemaVersionRow(Base):
 class JobRow(Base):
     __tablename__ = "ls_job"
     job_id: Mapped[str] = mapped_column(String(200), primary_key=True)
-    external_sources: Mapped[str] = mapped_column(Text, default="[]")  # JSON list
+    external_sources: Mapped[str] = mapped_column(LongText, default="[]")  # JSON list
     start_after: Mapped[int] = mapped_column(BigInteger, default=0)  # barriers <= predate it
     current_token: Mapped[int] = mapped_column(BigInteger, default=0)
     registered_at: Mapped[datetime] = mapped_column(UtcMicros)
@@ -160,7 +166,7 @@ class JobFailureRow(Base):
     barrier_id: Mapped[int] = mapped_column(BigInteger)
     token: Mapped[int] = mapped_column(BigInteger)
     failed_at: Mapped[datetime] = mapped_column(UtcMicros)
-    reason: Mapped[str] = mapped_column(Text, default="")
+    reason: Mapped[str] = mapped_column(LongText, default="")
 
     __table_args__ = (Index("ix_ls_job_failure_job", "job_id", "barrier_id"),)
 
@@ -187,7 +193,7 @@ class InputCutRow(Base):
     job_id: Mapped[str] = mapped_column(String(200), primary_key=True)
     barrier_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     source: Mapped[str] = mapped_column(String(200), primary_key=True)
-    cut: Mapped[str] = mapped_column(Text)  # JSON, source-specific (offsets, time range)
+    cut: Mapped[str] = mapped_column(LongText)  # JSON, source-specific (offsets, time range)
     token: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UtcMicros)
 
@@ -242,7 +248,7 @@ class RevisionRow(Base):
     to_barrier: Mapped[int] = mapped_column(BigInteger)
     full: Mapped[bool] = mapped_column(Boolean, default=False)
     state: Mapped[str] = mapped_column(String(16), index=True)
-    plan: Mapped[str] = mapped_column(Text)  # JSON: the jobs and the tables' before/after
+    plan: Mapped[str] = mapped_column(LongText)  # JSON: the jobs and the tables' before/after
     created_at: Mapped[datetime] = mapped_column(UtcMicros)
     finished_at: Mapped[datetime | None] = mapped_column(UtcMicros, nullable=True)
 
@@ -282,7 +288,7 @@ class IcebergNamespaceRow(Base):
 
     __tablename__ = "ls_iceberg_namespace"
     name: Mapped[str] = mapped_column(String(500), primary_key=True)
-    properties: Mapped[str] = mapped_column(Text, default="{}")  # JSON object of strings
+    properties: Mapped[str] = mapped_column(LongText, default="{}")  # JSON object of strings
     created_at: Mapped[datetime] = mapped_column(UtcMicros)
 
 
@@ -296,8 +302,8 @@ class IcebergTableRow(Base):
         ForeignKey("ls_iceberg_namespace.name"), primary_key=True
     )
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
-    metadata_location: Mapped[str] = mapped_column(Text)
-    previous_metadata_location: Mapped[str | None] = mapped_column(Text, nullable=True)
+    metadata_location: Mapped[str] = mapped_column(LongText)
+    previous_metadata_location: Mapped[str | None] = mapped_column(LongText, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UtcMicros)
 
 
@@ -311,8 +317,8 @@ class IcebergViewRow(Base):
         ForeignKey("ls_iceberg_namespace.name"), primary_key=True
     )
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
-    metadata_location: Mapped[str] = mapped_column(Text)
-    previous_metadata_location: Mapped[str | None] = mapped_column(Text, nullable=True)
+    metadata_location: Mapped[str] = mapped_column(LongText)
+    previous_metadata_location: Mapped[str | None] = mapped_column(LongText, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UtcMicros)
 
 
@@ -329,7 +335,7 @@ class IcebergIdempotencyRow(Base):
     owner: Mapped[str | None] = mapped_column(String(32), nullable=True)  # None: answered
     lease_until: Mapped[datetime] = mapped_column(UtcMicros)
     status: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    headers: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON [[name, value]]
-    answer: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # zlib'd body
+    headers: Mapped[str | None] = mapped_column(LongText, nullable=True)  # JSON [[name, value]]
+    answer: Mapped[bytes | None] = mapped_column(LongBytes, nullable=True)  # zlib'd body
     created_at: Mapped[datetime] = mapped_column(UtcMicros)
     expires_at: Mapped[datetime] = mapped_column(UtcMicros, index=True)

@@ -1,12 +1,12 @@
-"""The SQLAlchemy implementation of :class:`MetadataStore` (SQLite and PostgreSQL).
+"""The SQLAlchemy implementation of :class:`MetadataStore` (SQLite, PostgreSQL, MariaDB).
 
 This class is the transaction policy; the queries live in the modules beside it (the
 layout: docs/architecture.md). Each public method is one short transaction; a protocol
 call runs in it through a batch (``batching/``): alone, or one of a group. Writes on
-SQLite begin with ``BEGIN IMMEDIATE`` (see ``engine.py``); on PostgreSQL a job's row is
-locked ``FOR UPDATE``, so reports, attaches and recoveries of one job are serialized
-across coordinator replicas. Conflicts (a unique key raced by another replica, a
-serialization failure, a busy SQLite file) are retried.
+SQLite begin with ``BEGIN IMMEDIATE``; on a server a job's row is locked ``FOR UPDATE``, so
+reports, attaches and recoveries of one job are serialized across coordinator replicas.
+Conflicts (a unique key raced by another replica, and what the dialect (``dialects/``) calls
+retryable: a serialization failure, a deadlock, a busy SQLite file) are retried.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from lockstep.barrier.model import (
 from lockstep.errors import InvalidRequestError, LockstepError, RevisionInProgressError, StoreError
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql import (
+    dialects,
     export,
     leases,
     retention,
@@ -48,6 +49,7 @@ from lockstep.meta_tables.store.sql import (
 )
 from lockstep.meta_tables.store.sql.batching import group_commit
 from lockstep.meta_tables.store.sql.batching.immediate import Immediate
+from lockstep.meta_tables.store.sql.dialects.base import Closable
 from lockstep.meta_tables.store.sql.engine import (
     WRITE_OPTION,
     create_store_engine,
@@ -82,7 +84,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Clock = Callable[[], datetime]
 MAX_ATTEMPTS = 5
-_RETRYABLE_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock
 
 
 @contextlib.contextmanager
@@ -129,7 +130,8 @@ class SqlMetadataStore(MetadataStore):
     def __init__(self, engine: Engine, *, clock: Clock = utc_now) -> None:
         self._engine = engine
         self._clock = clock
-        self._listener: wakeups.Listener | None = None
+        self._dialect = dialects.of(engine)
+        self._listener: Closable | None = None
         try:
             migrate(engine)
         except DBAPIError as e:
@@ -169,7 +171,8 @@ class SqlMetadataStore(MetadataStore):
             except PoolTimeout as e:  # waited its time already: not tried again
                 raise no_free_connection(e) from e
             except DBAPIError as e:
-                if attempt == MAX_ATTEMPTS or not _retryable(e):
+                retryable = isinstance(e, IntegrityError) or self._dialect.retryable(e.orig)
+                if attempt == MAX_ATTEMPTS or not retryable:
                     raise StoreError(f"metadata store write failed: {_described(e)}") from e
         raise AssertionError("unreachable")
 
@@ -224,7 +227,7 @@ class SqlMetadataStore(MetadataStore):
             self._write(lambda s: job_instances.record_seen(s, instances, self._clock()))
 
     def next_barrier(self, job_id: str, token: int) -> Barrier | None:
-        if self._engine.dialect.name == "postgresql":
+        if self._dialect.row_locks:
             # one transaction, the job's row locked: there a read costs the round trips of
             # a write (a SQLite write would queue behind every other writer instead)
             return self._alone(
@@ -296,16 +299,18 @@ class SqlMetadataStore(MetadataStore):
         return [outcomes[i] for i in range(len(calls))]
 
     def wait_for_next_barrier(self, job_id: str, token: int, *, timeout_s: float) -> Barrier | None:
-        # woken by this process's writes (and, once a listener runs, other processes'
-        # on PostgreSQL); else it looks again after a pause that doubles up to a second
+        # woken by this process's writes (and, once a listener runs, other processes' where
+        # the dialect notifies); else it looks again after a pause doubling up to a second
         found: Barrier | None = wakeups.wait_for(
             self._engine, job_id, lambda: self.next_barrier(job_id, token), timeout_s
         )
         return found
 
     def subscribe_wakeups(self, callback: wakeups.WakeCallback) -> Callable[[], None] | None:
+        if not wakeups.can_announce(self._engine):
+            return None  # nothing is announced (MariaDB): the waiters look again on a timer
         if self._listener is None:
-            self._listener = wakeups.listen(self._engine)  # None on SQLite
+            self._listener = wakeups.listen(self._engine)  # None but where NOTIFY is
         return wakeups.subscribers.subscribe(wakeups.scope_of(self._engine), callback)
 
     def report_aborted(self, job_id: str, token: int, barrier_id: int) -> None:
@@ -488,11 +493,3 @@ class SqlMetadataStore(MetadataStore):
         self, names: Collection[str], where: Sequence[Restriction] = ()
     ) -> dict[str, pa.Table]:
         return self._read(lambda s: export.export_tables(s, names, where))
-
-
-def _retryable(error: DBAPIError) -> bool:
-    if isinstance(error, IntegrityError):
-        return True  # a unique key raced by another writer: re-check and re-apply
-    if getattr(error.orig, "sqlstate", None) in _RETRYABLE_SQLSTATES:
-        return True
-    return "database is locked" in str(error.orig)

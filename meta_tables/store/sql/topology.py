@@ -7,7 +7,7 @@ import json
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
-from sqlalchemy import bindparam, delete, func, select, text
+from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import CommitState, TableStatus
@@ -19,6 +19,7 @@ from lockstep.errors import (
     JobExistsError,
     PendingCommitsError,
 )
+from lockstep.meta_tables.store.sql import dialects
 from lockstep.meta_tables.store.sql.batching.immediate import Immediate
 from lockstep.meta_tables.store.sql.io.jobs import load_topology, lock_job, spec_of
 from lockstep.meta_tables.store.sql.protocol import reports
@@ -35,15 +36,14 @@ from lockstep.meta_tables.store.sql.schema import (
 from lockstep.topology.model import JobSpec, TableType
 from lockstep.topology.names import spellings
 
-_PG_TOPOLOGY_LOCK = 0x4C53544F  # advisory lock key: one topology change at a time
+TOPOLOGY_LOCK = 0x4C53544F  # the store-wide lock of topology changes: one at a time
 
 
 def lock_topology(s: Session) -> None:
     """Serialize topology changes: a cycle spans several jobs, so no single row or unique
-    key can catch two concurrent registrations that close one. SQLite's write transaction
-    (BEGIN IMMEDIATE) already serializes; PostgreSQL takes a transaction advisory lock."""
-    if s.get_bind().dialect.name == "postgresql":
-        s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_TOPOLOGY_LOCK})
+    key can catch two concurrent registrations that close one. The dialect's store-wide
+    lock (``StoreDialect.serialize``: SQLite's write transaction already holds it)."""
+    dialects.of(s.get_bind()).serialize(s.connection(), TOPOLOGY_LOCK)
 
 
 def register_job(s: Session, spec: JobSpec, now: datetime) -> JobSpec:

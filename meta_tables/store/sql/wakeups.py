@@ -9,10 +9,18 @@ group of calls announces once for all its reports, ``batching/grouped.py``):
 - a new instance, or an aborted barrier: that job; a revision, a repair, an
   unregistration: every job.
 
-An announcement reaches the waiters of this process when its transaction commits (a
-callback per store URL), and on PostgreSQL the other processes too: a ``NOTIFY`` sent in the
-same transaction (so delivered if, and only once, the transaction commits) that a
-:class:`Listener` thread per process receives on a connection of its own.
+What reaches whom is the store dialect's to say (``StoreDialect.wakeups``), and this module
+is the one place that acts on it:
+
+- ``notify`` (PostgreSQL): an announcement reaches the waiters of this process when its
+  transaction commits (a callback per store URL), and the other processes too: a
+  ``NOTIFY`` sent in the same transaction (so delivered if, and only once, the transaction
+  commits) that a listener thread per process (:func:`listen`) receives on a connection of
+  its own;
+- ``process`` (SQLite): this process's waiters only, at commit (one process serves a file);
+- ``poll`` (MariaDB): nothing is announced. :func:`can_announce` says so, the store's
+  ``subscribe_wakeups`` answers None, and every waiter looks again on a timer: the
+  service's long polls (``service/wakeup.py``) and :func:`wait_for` alike.
 
 A wake-up is only a reason to look again: the waiter re-reads the store. One missed (a
 writer in another process on SQLite, a listener reconnecting, a crash between commit and
@@ -37,15 +45,15 @@ from sqlalchemy import (
     bindparam,
     event,
     exists,
-    func,
     literal_column,
     select,
     true,
 )
 from sqlalchemy.orm import Session
 
+from lockstep.meta_tables.store.sql import dialects
+from lockstep.meta_tables.store.sql.dialects.base import Closable
 from lockstep.meta_tables.store.sql.io.postgres import unnested_names
-from lockstep.meta_tables.store.sql.pg_options import listen_conninfo
 from lockstep.meta_tables.store.sql.schema import JobRow, JobSourceRow
 
 # The jobs a write may concern; None: every job.
@@ -57,7 +65,6 @@ ALL = "*"  # the payload that means every job
 PAYLOAD_BYTES = 7_000  # PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more
 FIRST_POLL_S = 0.05  # an embedded waiter's first look again without a wake-up...
 MAX_POLL_S = 1.0  # ...doubling up to this (another process may have written)
-LISTEN_TIMEOUT_S = 1.0  # how often the listener thread checks that it should stop
 log = logging.getLogger("lockstep.wakeups")
 
 _READERS = (
@@ -68,13 +75,13 @@ _READERS = (
 
 
 @functools.cache
-def _readers(dialect: str) -> Select[str]:
-    """The jobs reading any of ``:tables``. On PostgreSQL the names are unnested and each
-    one's readers sought by the index on the table: given ``table_name IN (...)`` for a
-    group's tables, the planner scanned every job's sources (``tests/
+def _readers(arrays: bool) -> Select[str]:
+    """The jobs reading any of ``:tables``. With arrays (PostgreSQL) the names are unnested
+    and each one's readers sought by the index on the table: given ``table_name IN (...)``
+    for a group's tables, the planner scanned every job's sources (``tests/
     test_postgres_plans.py``). ``OFFSET 0`` keeps the planner from flattening the seek
     into a join it may then plan as that scan."""
-    if dialect != "postgresql":
+    if not arrays:
         return _READERS
     names = unnested_names()
     seek = (
@@ -87,7 +94,6 @@ def _readers(dialect: str) -> Select[str]:
 
 
 _ROOTS = select(JobRow.job_id).where(~exists().where(JobSourceRow.job_id == JobRow.job_id))
-_NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
 
 
 @functools.cache
@@ -95,6 +101,11 @@ def origin() -> str:
     """This process's name in the payloads (its listener skips its own announcements, which
     the commit callback already delivered)."""
     return f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def can_announce(engine: Engine) -> bool:
+    """Whether writes on this store announce anything (not on a dialect that polls)."""
+    return dialects.of(engine).wakeups != "poll"
 
 
 def scope_of(engine: Engine) -> str:
@@ -157,7 +168,7 @@ def announce_roots(s: Session) -> None:
 def announce_readers(s: Session, tables: Collection[str]) -> None:
     """``tables`` have new WRITTEN versions: the jobs reading them may go on."""
     tables = list(tables)
-    readers = _readers(s.get_bind().dialect.name)
+    readers = _readers(dialects.of(s.get_bind()).arrays)
     _announce(s, lambda: frozenset(s.connection().scalars(readers, {"tables": tables})))
 
 
@@ -172,16 +183,17 @@ def announce_all(s: Session) -> None:
 def _announce(s: Session, concerned: Callable[[], Jobs]) -> None:
     engine = s.get_bind().engine
     scope = scope_of(engine)
-    postgres = engine.dialect.name == "postgresql"
-    if not postgres and not subscribers.any(scope):
+    dialect = dialects.of(engine)
+    notifies = dialect.wakeups == "notify"
+    if not notifies and not subscribers.any(scope):
         return  # nobody can hear it: skip even finding out whom it concerns
     jobs = concerned()
     if jobs is not None and not jobs:
         return
-    if postgres:
+    if notifies:
         connection = s.connection()
         for payload in payloads(jobs):
-            connection.execute(_NOTIFY, {"payload": payload})
+            dialect.notify(connection, CHANNEL, payload)
 
     def delivered(_session: Session) -> None:
         subscribers.deliver(scope, jobs)
@@ -243,65 +255,21 @@ def wait_for(engine: Engine, job_id: str, check: Callable[[], Any], timeout_s: f
         unsubscribe()
 
 
-# -- listening (PostgreSQL: other processes' announcements) --------------------------------
+# -- listening (a dialect that notifies: other processes' announcements) -------------------
 
 
-class Listener:
-    """A thread that ``LISTEN``\\ s on its own connection and hands other processes'
-    announcements to ``deliver``. After a lost connection it reconnects (backing off) and
-    delivers a wake-up for every job, since announcements may have been missed meanwhile."""
-
-    def __init__(self, engine: Engine, deliver: WakeCallback) -> None:
-        self._conninfo = listen_conninfo(engine.url)  # the server, even behind a pooler
-        self._deliver = deliver
-        self._stop = threading.Event()
-        self.listening = threading.Event()  # set while LISTEN is in force
-        self._thread = threading.Thread(target=self._run, name="lockstep-wakeups", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=LISTEN_TIMEOUT_S * 5)
-
-    def _run(self) -> None:
-        import psycopg
-
-        backoff = FIRST_POLL_S
-        first = True
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(self._conninfo, autocommit=True) as connection:
-                    connection.execute(f"LISTEN {CHANNEL}")
-                    self.listening.set()
-                    if not first:
-                        self._deliver(None)  # announcements may have been missed meanwhile
-                    first, backoff = False, FIRST_POLL_S
-                    self._receive(connection)
-            except psycopg.Error as e:
-                log.warning("wake-up listener lost its connection (%s); reconnecting", e)
-            self.listening.clear()
-            self._stop.wait(backoff)
-            backoff = min(backoff * 2, MAX_POLL_S * 5)
-
-    def _receive(self, connection: Any) -> None:
-        me = origin()
-        while not self._stop.is_set():
-            for notify in connection.notifies(timeout=LISTEN_TIMEOUT_S):
-                sender, jobs = parse_payload(notify.payload)
-                if sender != me:
-                    self._deliver(jobs)
-                if self._stop.is_set():
-                    return
-
-
-def listen(engine: Engine) -> Listener | None:
-    """Start a :class:`Listener` that hands other processes' announcements on this
-    PostgreSQL store to this process's waiters; None on SQLite (one process serves it)."""
-    if engine.dialect.name != "postgresql":
-        return None
+def listen(engine: Engine) -> Closable | None:
+    """Start hearing other processes' announcements on this store, handed to this
+    process's waiters; None where the dialect cannot (``StoreDialect.wakeups``)."""
     scope = scope_of(engine)
-    listener = Listener(engine, lambda jobs: subscribers.deliver(scope, jobs))
-    listener.start()
-    return listener
+    me = origin()
+
+    def hear(payload: str | None) -> None:
+        if payload is None:  # the listener reconnected: announcements may have been missed
+            subscribers.deliver(scope, None)
+            return
+        sender, jobs = parse_payload(payload)
+        if sender != me:  # this process's own were delivered at commit
+            subscribers.deliver(scope, jobs)
+
+    return dialects.of(engine).listen(engine, CHANNEL, hear)

@@ -30,6 +30,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Integer, String, bindparam, case, func, select, true
 from sqlalchemy.dialects.postgresql import ARRAY
 
+from lockstep.meta_tables.store.sql import dialects
 from lockstep.meta_tables.store.sql.batching.grouped import Grouped
 from lockstep.meta_tables.store.sql.io import cursor
 from lockstep.meta_tables.store.sql.io.jobs import JobState
@@ -59,7 +60,7 @@ def read(batch: Grouped, wanted: Sequence[Wanted]) -> None:
     """Read the searches ``wanted`` in one statement and keep them for the group's calls."""
     s = batch.session
     dialect = s.get_bind().dialect
-    if not wanted or dialect.name != "postgresql":
+    if not wanted or not dialects.of(dialect).arrays:
         return
     keyed: dict[tuple[str, int | None], Wanted] = {}
     for one in wanted:  # a job's look and its PROCESSED report: one search, with the barrier

@@ -2,30 +2,30 @@
 protocol calls) and the writes of a group's reports.
 
 A read of one statement needs no transaction of its own, since a statement reads one
-snapshot of the store. SQLite's connections are in autocommit mode (``engine._configure``
+snapshot of the store. SQLite's connections are in autocommit mode (``dialects/sqlite.py``
 takes transaction control from pysqlite), and a PostgreSQL connection is switched to
-autocommit for the statement. Running it on the DB-API cursor skips SQLAlchemy's
-connection, execution context and result processing, which cost several times the
-statement itself on SQLite (docs/design.md, "The store at platform scale").
+autocommit for the statement (``StoreDialect.autocommit``). Running it on the DB-API cursor
+skips SQLAlchemy's connection, execution context and result processing, which cost several
+times the statement itself on SQLite (docs/design.md, "The store at platform scale").
 
 The statement is still built with SQLAlchemy, and compiled once per dialect. Its list
-parameter (:func:`in_list`) is one value: a JSON array on SQLite (``json_each``), an array on
-PostgreSQL (``= ANY``). So the compiled text stays the same whatever the list's length.
+parameter (:func:`in_list`) is one value, as its dialect takes it (``dialects``): JSON text
+read as rows (SQLite's ``json_each``, MariaDB's ``JSON_TABLE``), an array on PostgreSQL
+(``= ANY``). So the compiled text stays the same whatever the list's length.
 
 :meth:`Statement.run` reads on a pooled connection of its own; :meth:`Statement.within`
 reads inside a session's transaction, on its connection, and :meth:`Statement.write` writes
 there: one row, or many. Many rows are one ``executemany`` (psycopg pipelines them: one
-round trip, but one execution a row), or on PostgreSQL, for a statement with a set form
-(``many``: the same change written over ``postgres.unnested_rows``), one execution of that
-form with a list per column. A parameter is converted as its column's
-SQLAlchemy type would (a datetime to ``UtcMicros``); a read returns the driver's values: a
-column with a type that converts is the caller's to convert.
+round trip, but one execution a row), or with a dialect of arrays (PostgreSQL), for a
+statement with a set form (``many``: the same change written over
+``postgres.unnested_rows``), one execution of that form with a list per column. A parameter
+is converted as its column's SQLAlchemy type would (a datetime to ``UtcMicros``); a read
+returns the driver's values: a column with a type that converts is the caller's to convert.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,23 +34,18 @@ from sqlalchemy import (
     ColumnElement,
     Engine,
     Insert,
-    String,
-    any_,
-    bindparam,
-    func,
-    literal_column,
-    select,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import InstrumentedAttribute, Session
-from sqlalchemy.pool import PoolProxiedConnection
-from sqlalchemy.sql import ClauseElement, Select
+from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from lockstep.errors import StoreError
+from lockstep.meta_tables.store.sql import dialects
+from lockstep.meta_tables.store.sql.dialects.base import StoreDialect
 from lockstep.meta_tables.store.sql.engine import no_free_connection
 
 InsertT = TypeVar("InsertT", bound=Insert)
@@ -60,13 +55,8 @@ def in_list(
     column: ColumnElement[str] | InstrumentedAttribute[str], name: str, dialect: Dialect
 ) -> ColumnElement[bool]:
     """``column IN (...)`` the list given as the one parameter ``name`` (:meth:`Statement.run`
-    takes it as a Python list)."""
-    if dialect.name == "sqlite":
-        each: Select[Any] = select(literal_column("value")).select_from(
-            func.json_each(bindparam(name))
-        )
-        return column.in_(each)
-    return column == any_(bindparam(name, type_=ARRAY(String)))
+    takes it as a Python list): the dialect's form (``dialects``)."""
+    return dialects.of(dialect).in_list(column, name)
 
 
 @dataclass(frozen=True)
@@ -77,7 +67,7 @@ class Statement:
     defaults: Mapping[str, Any]  # the statement's own constants (bound literals)
     order: tuple[str, ...] | None  # a positional driver's parameter order
     lists: frozenset[str]  # the parameters that take a list (:func:`in_list`)
-    json_lists: bool  # SQLite: a list is passed as JSON text
+    store_dialect: StoreDialect  # how a list is passed (JSON text, or an array)
     converts: Mapping[str, Callable[[Any], Any]]  # parameters whose type converts them
     many: Statement | None = None  # PostgreSQL: the set form, for several rows at once
 
@@ -90,7 +80,8 @@ class Statement:
         many: ClauseElement | None = None,
     ) -> Statement:
         set_form = None
-        if many is not None and dialect.name == "postgresql":
+        store_dialect = dialects.of(dialect)
+        if many is not None and store_dialect.arrays:
             set_form = cls.compile(many, dialect, _array_parameters(many, dialect))
         compiled = statement.compile(dialect=dialect)
         assert isinstance(compiled, SQLCompiler)  # a statement's (DDL's is not)
@@ -106,7 +97,7 @@ class Statement:
             defaults=compiled.construct_params(dict.fromkeys(_parameters(compiled, lists))),
             order=tuple(positional) if positional is not None else None,
             lists=frozenset(lists),
-            json_lists=dialect.name == "sqlite",
+            store_dialect=store_dialect,
             converts=converts,
             many=set_form,
         )
@@ -115,10 +106,8 @@ class Statement:
         given = {**self.defaults, **values}  # the statement's constants, and the values
         for name, convert in self.converts.items():
             given[name] = convert(given[name])
-        if self.json_lists:
-            given.update((name, json.dumps(list(given[name]))) for name in self.lists)
-        else:
-            given.update((name, list(given[name])) for name in self.lists)
+        listed = self.store_dialect.list_value
+        given.update((name, listed(given[name])) for name in self.lists)
         if self.order is None:
             return given
         return [given[name] for name in self.order]
@@ -127,14 +116,16 @@ class Statement:
         """The statement's rows, read on a pooled connection in autocommit mode. A pooled
         connection the server dropped is replaced and the read made again, once."""
         parameters = self.parameters(values)
-        postgres = engine.dialect.name == "postgresql"
         for attempt in (1, 2):
             try:
                 pooled = engine.raw_connection()
             except PoolTimeout as e:
                 raise no_free_connection(e) from e
             try:
-                return _execute(pooled, self.sql, parameters, postgres)
+                with self.store_dialect.autocommit(pooled):
+                    cursor = pooled.cursor()
+                    cursor.execute(self.sql, parameters)
+                    return list(cursor.fetchall())
             except engine.dialect.loaded_dbapi.Error as e:
                 if not engine.dialect.is_disconnect(e, pooled.dbapi_connection, None):
                     raise StoreError(f"metadata store read failed: {e}") from e
@@ -224,7 +215,7 @@ def compiled(
 ) -> Statement:
     """The statement ``build`` makes, compiled for ``dialect`` once (``key`` names it);
     ``many``: its set form, for several rows (PostgreSQL)."""
-    found = _COMPILED.get((dialect.name, key))
+    found = _COMPILED.get((dialect.name, key))  # (by the name: a dialect per engine)
     if found is None:
         set_form = None if many is None else many()
         found = _COMPILED[dialect.name, key] = Statement.compile(build(), dialect, lists, set_form)
@@ -237,36 +228,3 @@ _COMPILED: dict[tuple[str, Hashable], Statement] = {}
 def _parameters(compiled: SQLCompiler, lists: Sequence[str]) -> set[str]:
     """The statement's parameters: its lists, and every bound value without one of its own."""
     return {*lists, *(name for name, bind in compiled.binds.items() if bind.required)}
-
-
-def _execute(
-    pooled: PoolProxiedConnection, sql: str, parameters: Any, postgres: bool
-) -> list[tuple[Any, ...]]:
-    driver: Any = pooled.driver_connection  # sqlite3's or psycopg's connection
-    if postgres:
-        driver.autocommit = True  # no BEGIN, and no ROLLBACK when the pool takes it back
-    try:
-        cursor = pooled.cursor()
-        cursor.execute(sql, parameters)
-        return list(cursor.fetchall())
-    finally:
-        if postgres:
-            leave_autocommit(pooled)
-
-
-def leave_autocommit(pooled: PoolProxiedConnection) -> None:
-    """Take a PostgreSQL connection out of autocommit, as SQLAlchemy's sessions expect it.
-
-    A connection the server dropped in the middle of a statement may still say that the
-    statement is under way; changing its mode then raises, and that error would hide the
-    disconnect the caller replaces the connection for. Such a connection is invalidated
-    instead (the pool never hands it out again)."""
-    from psycopg import pq
-
-    driver: Any = pooled.driver_connection
-    if driver.closed:
-        return
-    if driver.info.transaction_status != pq.TransactionStatus.IDLE:
-        pooled.invalidate()
-        return
-    driver.autocommit = False

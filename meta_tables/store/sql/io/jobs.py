@@ -29,6 +29,7 @@ from sqlalchemy.sql import ColumnElement
 
 from lockstep.barrier.model import Barrier
 from lockstep.errors import UnknownBarrierError, UnknownJobError
+from lockstep.meta_tables.store.sql import dialects
 from lockstep.meta_tables.store.sql.io import cursor
 from lockstep.meta_tables.store.sql.io.postgres import SEEK_ONE, unnested_names
 from lockstep.meta_tables.store.sql.schema import (
@@ -80,14 +81,14 @@ def _locked_jobs(dialect: Dialect) -> cursor.Statement:
     """Several jobs' rows and tables (``:job_ids``, one list parameter, in the order of the
     ids: no deadlock between two replicas' groups), locked, for the driver's cursor.
 
-    On PostgreSQL the ids are unnested and each job's row sought and locked by key
+    With arrays (PostgreSQL) the ids are unnested and each job's row sought and locked by key
     (``LATERAL ... LIMIT 1 FOR UPDATE``, in the order given), then its tables. Given
     ``job_id = ANY(:job_ids)`` its planner scanned the three tables whole at 1,000 jobs (at
     an estimated cost below a few seeks), comparing every row with every id: a millisecond
     a group; joined with the unnested ids, it still scanned the jobs'."""
 
     def build() -> Select[Unpack[tuple[Any, ...]]]:
-        if dialect.name == "postgresql":
+        if dialects.of(dialect).arrays:
             ids = unnested_names("job_ids")
             job = (
                 select(JobRow.job_id, *_JOB_STATE)
@@ -183,7 +184,7 @@ def _job_state(job_id: str, rows: Sequence[Sequence[Any]]) -> JobState:
 
 def load_job(s: Session, job_id: str, *, lock: bool) -> JobState:
     """The job's row and its tables, in one statement. ``lock``: load the row ``FOR
-    UPDATE`` (PostgreSQL), which serializes one job's operations across replicas. (A
+    UPDATE`` (on a server), which serializes one job's operations across replicas. (A
     protocol call loads it through its batch, which keeps a locked load for the rest of
     the transaction: ``batching.batch.Batch.job``.)"""
     rows = s.connection().execute(_LOCKED_JOB if lock else _JOB, {"job_id": job_id}).all()
@@ -211,7 +212,7 @@ def get_job(s: Session, job_id: str) -> JobRow:
 
 
 def lock_job(s: Session, job_id: str) -> JobRow:
-    """Load the job's row ``FOR UPDATE`` (PostgreSQL): serializes one job's operations."""
+    """Load the job's row ``FOR UPDATE`` (on a server): serializes one job's operations."""
     job = s.scalars(_LOCK_JOB, {"job_id": job_id}).first()
     if job is None:
         raise UnknownJobError(job_id, known=s.scalars(select(JobRow.job_id)))

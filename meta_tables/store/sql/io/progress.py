@@ -9,11 +9,11 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import ClauseElement
 
+from lockstep.meta_tables.store.sql import dialects
 from lockstep.meta_tables.store.sql.io import cursor
 from lockstep.meta_tables.store.sql.io.postgres import from_rows
 from lockstep.meta_tables.store.sql.schema import JobBarrierRow
@@ -61,20 +61,18 @@ def write_progress(s: Session, rows: Sequence[Progress]) -> None:
 
 
 def _progress_upsert(dialect: Dialect) -> cursor.Statement:
-    """INSERT ... ON CONFLICT DO UPDATE of a progress row, for the driver's cursor: it reads
-    the same on SQLite and PostgreSQL, but each dialect builds its own (the store supports
-    only these two: see engine.py)."""
+    """An upsert of a progress row, for the driver's cursor: it reads the same on every
+    dialect, each building its own (``StoreDialect.upsert``)."""
+    store_dialect = dialects.of(dialect)
 
     def build(*, many: bool = False) -> ClauseElement:
-        insert = (postgresql.insert if dialect.name == "postgresql" else sqlite.insert)(
-            JobBarrierRow
-        )
+        insert = store_dialect.insert(JobBarrierRow)
         if many:  # the set form: a group's rows, one list per column (PostgreSQL)
             insert = from_rows(insert)
-        new = insert.excluded
-        return insert.on_conflict_do_update(
-            index_elements=[JobBarrierRow.job_id, JobBarrierRow.barrier_id],
-            set_={
+        return store_dialect.upsert(
+            insert,
+            [JobBarrierRow.job_id, JobBarrierRow.barrier_id],
+            lambda new: {
                 "token": new.token,
                 "started_at": func.coalesce(JobBarrierRow.started_at, new.started_at),
                 "processed_at": func.coalesce(new.processed_at, JobBarrierRow.processed_at),

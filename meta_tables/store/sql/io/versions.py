@@ -12,6 +12,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import TableVersion, VersionState
+from lockstep.meta_tables.store.sql import dialects
 from lockstep.meta_tables.store.sql.io import cursor
 from lockstep.meta_tables.store.sql.io.postgres import SEEK_ONE, unnested_names
 from lockstep.meta_tables.store.sql.schema import TableVersionRow, from_micros
@@ -34,18 +35,19 @@ def _versions_at(dialect: Dialect, *, several: bool) -> cursor.Statement:
     dialect: ``:tables`` the names (``several``) or ``:table`` the one name, ``:at`` the
     barrier.
 
-    On PostgreSQL, for ``several`` names, the names are unnested and each version sought by
-    primary key (``LATERAL ... LIMIT 1``). Given ``table_name IN (...) AND barrier_id =
-    :at``, its planner often scanned the barrier's index instead and filtered every table's
-    version at the barrier by name: 1,000 rows read for two at 1,000 tables, fresh
-    statistics or analyzed. One name is an equality on the primary key, planned as such and
-    cheaper to plan than the seeks. SQLite seeks each name of the list by primary key."""
+    With arrays (PostgreSQL), for ``several`` names, the names are unnested and each version
+    sought by primary key (``LATERAL ... LIMIT 1``). Given ``table_name IN (...) AND
+    barrier_id = :at``, its planner often scanned the barrier's index instead and filtered
+    every table's version at the barrier by name: 1,000 rows read for two at 1,000 tables,
+    fresh statistics or analyzed. One name is an equality on the primary key, planned as
+    such and cheaper to plan than the seeks. SQLite and MariaDB seek each name of the list
+    by primary key."""
 
     def build() -> Select[Unpack[tuple[Any, ...]]]:
         at = TV.barrier_id == bindparam("at")
         if not several:
             return select(*_VERSION_COLUMNS).where(TV.table_name == bindparam("table"), at)
-        if dialect.name != "postgresql":
+        if not dialects.of(dialect).arrays:
             named = cursor.in_list(TV.table_name, "tables", dialect)
             return select(*_VERSION_COLUMNS).where(named, at)
         names = unnested_names()

@@ -36,6 +36,8 @@ from sqlalchemy import (
 )
 
 from lockstep.barrier.model import VersionState
+from lockstep.meta_tables.store.sql import dialects
+from lockstep.meta_tables.store.sql.dialects.base import StoreDialect
 from lockstep.meta_tables.store.sql.io import cursor
 from lockstep.meta_tables.store.sql.io.postgres import SEEK_ONE, unnested_names
 from lockstep.meta_tables.store.sql.schema import (
@@ -90,7 +92,7 @@ def at_target(row: Looked, target: int | None, level: ConsistencyLevel) -> bool:
 
 
 @functools.cache
-def session_lookup(dialect: str, level: ConsistencyLevel) -> Lookup:
+def session_lookup(dialect: StoreDialect, level: ConsistencyLevel) -> Lookup:
     """The lookup for a SQLAlchemy connection; ``:tables`` takes the list of names."""
     return _lookup(dialect, level, TableRow.table_name.in_(bindparam("tables", expanding=True)))
 
@@ -101,15 +103,15 @@ def driver_lookup(engine: Engine, level: ConsistencyLevel) -> cursor.Statement:
 
     def build() -> Lookup:
         named = cursor.in_list(TableRow.table_name, "tables", dialect)
-        return _lookup(dialect.name, level, named)
+        return _lookup(dialects.of(dialect), level, named)
 
     return cursor.compiled(("lookup", level), dialect, build, ["tables"])
 
 
-def _lookup(dialect: str, level: ConsistencyLevel, named: ColumnElement[bool]) -> Lookup:
-    """The dialect's form; ``named``, the condition naming the tables, is the joined
-    form's (the seeking form unnests the list itself)."""
-    return _seeking(level) if dialect == "postgresql" else _joined(level, named)
+def _lookup(dialect: StoreDialect, level: ConsistencyLevel, named: ColumnElement[bool]) -> Lookup:
+    """The dialect's form: seeking with arrays (PostgreSQL), else joined; ``named``, the
+    condition naming the tables, is the joined form's (the seeking form unnests the list)."""
+    return _seeking(level) if dialect.arrays else _joined(level, named)
 
 
 def _joined(level: ConsistencyLevel, named: ColumnElement[bool]) -> Lookup:

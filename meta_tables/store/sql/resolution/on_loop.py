@@ -34,7 +34,7 @@ import psycopg
 from sqlalchemy import Engine
 
 from lockstep.errors import StoreError
-from lockstep.meta_tables.store.sql import heads, wakeups
+from lockstep.meta_tables.store.sql import dialects, heads, wakeups
 from lockstep.meta_tables.store.sql.pg_options import (
     connect_options,
     listen_conninfo,
@@ -65,7 +65,7 @@ class LoopReads:
     """
 
     def __init__(self, engine: Engine, *, connections: int = CONNECTIONS) -> None:
-        if engine.dialect.name != "postgresql":
+        if not dialects.of(engine).reads_on_event_loop:
             raise ValueError(f"LoopReads reads PostgreSQL, not {engine.dialect.name}")
         self._engine = engine
         arguments, options = engine.dialect.create_connect_args(server_url(engine.url))

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import TableVersion, VersionState
 from lockstep.errors import NoConsistentBarrierError, SnapshotExpiredError, UnknownTableError
+from lockstep.meta_tables.store.sql import dialects
 from lockstep.meta_tables.store.sql.io.versions import to_version, versions_at
 from lockstep.meta_tables.store.sql.resolution import lookup
 from lockstep.meta_tables.store.sql.resolution.lookup import Looked, at_target
@@ -209,7 +210,7 @@ def named_tables(tables: Sequence[str]) -> list[str]:
 
 
 def _look(conn: Connection, tables: list[str], level: ConsistencyLevel) -> Sequence[Looked]:
-    statement = lookup.session_lookup(conn.dialect.name, level)
+    statement = lookup.session_lookup(dialects.of(conn), level)
     return [Looked._make(row) for row in conn.execute(statement, {"tables": tables})]
 
 
