@@ -19,10 +19,12 @@ from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# `served` (a real service on loopback), `postgres_admin` / `postgres_url` (a real server)
+# `served` (a real service on loopback), `postgres_admin` / `postgres_url` (a real server),
+# `mariadb_admin` / `mariadb_url` (likewise)
 pytest_plugins = [
     "service_fixtures",
     "pg_server",
+    "mariadb_server",
     "kafka_broker",
     "kafka_cuts",
     "jdbc_catalog",
