@@ -91,7 +91,7 @@ test-spark4: $(SPARK4_VENV)/.installed
 	$(SPARK4_VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(SPARK4_TESTS)
 
 test-fast: $(VENV)/.installed
-	$(BIN)/pytest -m "not spark and not kafka and not postgres and not slow"
+	$(BIN)/pytest -m "not spark and not kafka and not postgres and not mariadb and not slow"
 
 lint: $(VENV)/.installed typecheck
 	$(BIN)/ruff check .
