@@ -22,13 +22,14 @@ def catalog_service(home: Path, tokens: str) -> Iterator[tuple[str, Any]]:
     from lockstep.service.app import create_app
     from lockstep.service.auth import load_tokens
     from lockstep.service.iceberg.config import IcebergSettings
+    from lockstep.service.settings import ServiceSettings
 
     token_file = home / "tokens"
     token_file.write_text(tokens)
     token_file.chmod(0o600)
     store = SqlMetadataStore.open(f"sqlite:///{home / 'svc.db'}")
     iceberg = IcebergSettings(warehouse=f"file://{home / 'warehouse'}")
-    app = create_app(store, tokens=load_tokens(token_file), iceberg=iceberg)
+    app = create_app(store, ServiceSettings(iceberg=iceberg), tokens=load_tokens(token_file))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -44,6 +44,7 @@ def serve(home: Path) -> Served:
     from lockstep.service.app import create_app
     from lockstep.service.auth import load_tokens
     from lockstep.service.iceberg.config import IcebergSettings
+    from lockstep.service.settings import ServiceSettings
 
     home.mkdir(parents=True, exist_ok=True)
     tokens = home / "tokens"
@@ -52,7 +53,7 @@ def serve(home: Path) -> Served:
     tokens.chmod(0o600)
     store = SqlMetadataStore.open(f"sqlite:///{home / 'svc.db'}")
     settings = IcebergSettings(warehouse=f"file://{home / 'warehouse'}")
-    app = create_app(store, tokens=load_tokens(tokens), iceberg=settings)
+    app = create_app(store, ServiceSettings(iceberg=settings), tokens=load_tokens(tokens))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

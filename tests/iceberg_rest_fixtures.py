@@ -78,7 +78,7 @@ def serve_catalog(
     **app_options: Any,
 ) -> Iterator[CatalogService]:
     """Serve the catalog with ``more_iceberg`` lines in its ``[iceberg]`` table (and
-    ``app_options`` for ``create_app``), its store in ``store_url`` (default: a SQLite
+    ``app_options``, service settings), its store in ``store_url`` (default: a SQLite
     file) on ``clock`` (default: the real one), its warehouse ``warehouse_uri`` (default:
     ``tmp_path/warehouse``, which ``.warehouse`` names either way). Tokens: admin, two read
     tokens, and job tokens for the jobs ``load`` and ``sum``."""
@@ -103,9 +103,9 @@ def serve_catalog(
         f'token_file = "{token_file}"\n'
         f'[iceberg]\nwarehouse = "{warehouse_uri or f"file://{warehouse}"}"\n{more_iceberg}'
     )
-    settings = ServiceSettings.load(config)
+    settings = ServiceSettings.load(config, **app_options)
     store = SqlMetadataStore.open(settings.store, **({"clock": clock} if clock else {}))
-    app = create_app(store, tokens=load_tokens(token_file), iceberg=settings.iceberg, **app_options)
+    app = create_app(store, settings, tokens=load_tokens(token_file))
     with running(app) as url:
         yield CatalogService(f"{url}/iceberg", warehouse, store, url)
     store.close()

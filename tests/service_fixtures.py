@@ -157,11 +157,13 @@ def served(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[str, dict[str, st
     pytest.importorskip("uvicorn")
     from lockstep.service.app import create_app
     from lockstep.service.auth import load_tokens
+    from lockstep.service.settings import ServiceSettings
 
     token_file = tmp_path / "tokens"
     token_file.write_text(f"# role token\nadmin {ADMIN_TOKEN}\nread {READ_TOKEN}\n")
     store = SqlMetadataStore.open(f"sqlite:///{tmp_path / 'svc.db'}", clock=clock)
-    app = create_app(store, tokens=load_tokens(token_file), sql_timeout_s=5, sql_max_rows=100)
+    settings = ServiceSettings(sql_timeout_s=5, sql_max_rows=100)
+    app = create_app(store, settings, tokens=load_tokens(token_file))
     with running(app) as url:
         yield url, {"admin": ADMIN_TOKEN, "read": READ_TOKEN}
     store.close()

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from lockstep.service.app import create_app
+    from lockstep.service.settings import ServiceSettings
 
     path = tmp_path_factory.mktemp("fuzz") / "fuzz.db"
     store = SqlMetadataStore.open(f"sqlite:///{path}", clock=FakeClock())
@@ -38,7 +39,8 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     store.report_processed("load", token, 1, {"shopping": 1})
     # no token file: the requests name the ASGI test client's host, allowed as an operator
     # would allow a proxy's name (otherwise only loopback names are answered)
-    app = create_app(store, sql_timeout_s=2, sql_max_rows=100, allowed_hosts=["testserver"])
+    settings = ServiceSettings(sql_timeout_s=2, sql_max_rows=100, allowed_hosts=["testserver"])
+    app = create_app(store, settings)
     yield schemathesis.openapi.from_asgi("/openapi.json", app)
     store.close()
 

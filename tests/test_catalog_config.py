@@ -268,7 +268,7 @@ def test_the_service_names_its_catalog_and_clients_need_only_its_url(tmp_path: P
     settings = ServiceSettings.load(service_file)
     assert settings.catalog == config.as_dict()
     with lockstep.connect("sqlite://") as embedded:
-        app = create_app(embedded.store, tokens=load_tokens(tokens), catalog=settings.catalog)
+        app = create_app(embedded.store, settings, tokens=load_tokens(tokens))
         with running(app) as url, lockstep.connect(url, token=ADMIN_TOKEN) as ls:
             assert ls.iceberg.catalog.python_properties() == config.python_properties()
             assert not ls.iceberg.table_exists("orders")

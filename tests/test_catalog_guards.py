@@ -162,9 +162,11 @@ def test_without_tokens_a_rebound_host_name_is_refused(tmp_path: Path) -> None:
     service with ``Host: evil.example``: refused, GETs too; loopback names still work."""
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
     from lockstep.service.app import create_app
+    from lockstep.service.settings import ServiceSettings
 
     store = SqlMetadataStore.open(f"sqlite:///{tmp_path / 's.db'}")
-    with running(create_app(store, allowed_hosts=["coordinator.internal"])) as url:
+    settings = ServiceSettings(allowed_hosts=["coordinator.internal"])
+    with running(create_app(store, settings)) as url:
         port = url.rsplit(":", 1)[1]
         evil = {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}
         post = httpx.post(f"{url}/v1/jobs", json={"job_id": "x", "sinks": ["x"]}, headers=evil)

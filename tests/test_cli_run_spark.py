@@ -26,12 +26,15 @@ def test_one_process_runs_a_modules_jobs_against_a_service_that_names_the_catalo
 ) -> None:
     from lockstep.service.app import create_app
     from lockstep.service.auth import load_tokens
+    from lockstep.service.settings import ServiceSettings
 
     tokens = tmp_path / "tokens"
     tokens.write_text(f"admin {ADMIN_TOKEN}\n")
     with lockstep.connect(tmp_path / "home") as ls:
         assert ls.catalog is not None
-        app = create_app(ls.store, tokens=load_tokens(tokens), catalog=ls.catalog.as_dict())
+        app = create_app(
+            ls.store, ServiceSettings(catalog=ls.catalog.as_dict()), tokens=load_tokens(tokens)
+        )
         for job in shopping.JOBS:  # before the first barrier: every job starts at barrier 1
             ls.store.register_job(job.spec())
         for _ in range(BARRIERS):

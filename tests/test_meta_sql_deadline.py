@@ -22,6 +22,7 @@ from lockstep.meta_tables.pushdown import Restriction
 from lockstep.meta_tables.query import run_meta_query
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.service.app import create_app
+from lockstep.service.settings import ServiceSettings
 
 ENDLESS = (
     "(SELECT count(*) FROM (WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) "
@@ -72,7 +73,7 @@ def test_heavy_subqueries_hold_a_trivial_query_no_longer_than_the_limit(tmp_path
         return export(names, where)
 
     store.export_tables = noting  # type: ignore[method-assign]
-    app = create_app(store, sql_timeout_s=2, sql_concurrency=4, sql_queue=4)
+    app = create_app(store, ServiceSettings(sql_timeout_s=2, sql_concurrency=4, sql_queue=4))
     statuses: list[int] = []
     with running(app) as url:
         assert httpx.post(f"{url}/v1/sql", json={"query": TRIVIAL}, timeout=60).status_code == 200

@@ -72,7 +72,8 @@ def serving(store_url: str, tmp_path: Path, clock: FakeClock) -> Iterator[Served
     token_file.write_text(f"admin {ADMIN_TOKEN}\nread {READ_TOKEN}\n")
     token_file.chmod(0o600)
     store = SqlMetadataStore.open(store_url, clock=clock)
-    app = create_app(store, tokens=load_tokens(token_file), metrics_token=METRICS_TOKEN)
+    settings = ServiceSettings(metrics_token=METRICS_TOKEN)
+    app = create_app(store, settings, tokens=load_tokens(token_file))
     with running(app) as url:
         yield url, store, app
     store.close()

@@ -56,9 +56,7 @@ def guarded(tmp_path: Path, store: SqlMetadataStore) -> Iterator[str]:
     tokens = tmp_path / "tokens"
     tokens.write_text(f"admin {ADMIN_TOKEN}\nread {READ_TOKEN}\nread {OTHER_READ_TOKEN}\n")
     tokens.chmod(0o600)
-    app = create_app(
-        store,
-        tokens=load_tokens(tokens),
+    settings = ServiceSettings(
         sql_timeout_s=3,
         sql_max_rows=1000,
         sql_concurrency=2,
@@ -66,6 +64,7 @@ def guarded(tmp_path: Path, store: SqlMetadataStore) -> Iterator[str]:
         max_body_bytes=MiB,
         max_leases_per_caller=3,
     )
+    app = create_app(store, settings, tokens=load_tokens(tokens))
     with running(app) as url:
         yield url
 

@@ -29,11 +29,12 @@ def app(tmp_path: Path) -> Iterator[Any]:
     from lockstep.service.app import create_app
     from lockstep.service.auth import Grant, Role
     from lockstep.service.iceberg.config import IcebergSettings
+    from lockstep.service.settings import ServiceSettings
 
     store = SqlMetadataStore.open(f"sqlite:///{tmp_path / 'svc.db'}")
     tokens = {ADMIN_TOKEN: Grant(Role.ADMIN), READ_TOKEN: Grant(Role.READ)}
     warehouse = IcebergSettings(warehouse=f"file://{tmp_path / 'warehouse'}")
-    yield create_app(store, tokens=tokens, iceberg=warehouse)
+    yield create_app(store, ServiceSettings(iceberg=warehouse), tokens=tokens)
     store.close()
 
 

@@ -65,13 +65,14 @@ def serve(workdir: Path, token: str) -> Served:
     from lockstep.service.app import create_app
     from lockstep.service.auth import load_tokens
     from lockstep.service.iceberg.config import IcebergSettings
+    from lockstep.service.settings import ServiceSettings
 
     tokens = workdir / "tokens"
     tokens.write_text(f"admin {token}\n")
     tokens.chmod(0o600)
     store = SqlMetadataStore.open(f"sqlite:///{workdir / 'svc.db'}")
     settings = IcebergSettings(warehouse=f"file://{workdir / 'warehouse'}")
-    app = create_app(store, tokens=load_tokens(tokens), iceberg=settings)
+    app = create_app(store, ServiceSettings(iceberg=settings), tokens=load_tokens(tokens))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

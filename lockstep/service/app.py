@@ -14,7 +14,7 @@ waits for a thread.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -49,8 +49,7 @@ from lockstep.service.answers import answer, http_refusal, invalid_request, refu
 from lockstep.service.auth import Access, Grant, Role, grants
 from lockstep.service.deps import Admin, Caller, Reader, refused
 from lockstep.service.fast_path import FastPath, FastRoutes
-from lockstep.service.guard import DEFAULT_MAX_BODY_BYTES, Guard
-from lockstep.service.iceberg.config import IcebergSettings
+from lockstep.service.guard import Guard
 from lockstep.service.iceberg.mount import mount_iceberg
 from lockstep.service.job_routes import add_job_protocol
 from lockstep.service.metrics import add_metrics, watch_group_commit, watch_long_polls
@@ -68,6 +67,7 @@ from lockstep.service.requests import (
     RevisionIn,
     SqlIn,
 )
+from lockstep.service.settings import ServiceSettings
 from lockstep.service.status import Status, collect_status, render_status_page
 from lockstep.service.status_auth import token_page, wants_token_page
 from lockstep.topology.model import JobSpec
@@ -76,7 +76,6 @@ if TYPE_CHECKING:
     from lockstep.meta_tables.store.sql.resolution.on_loop import LoopReads
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
-DEFAULT_THREADS = 4  # store calls running at once per process (AnyIO's default is 40)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -102,36 +101,34 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 def create_app(
     store: MetadataStore,
+    settings: ServiceSettings | None = None,
     *,
     tokens: Mapping[str, Grant | Role] | None = None,
-    sql_timeout_s: float = 10.0,
-    sql_max_rows: int = 10_000,
-    sql_concurrency: int = 4,
-    sql_queue: int = 16,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    max_leases_per_caller: int = 1_000,
-    catalog: dict[str, Any] | None = None,
-    iceberg: IcebergSettings | None = None,
-    metrics_token: str | None = None,
-    threads: int = DEFAULT_THREADS,
     fast_path: bool = True,
-    allowed_hosts: Iterable[str] = (),
 ) -> FastAPI:
-    """The service app over ``store``; ``tokens`` None disables authentication (and then
-    only requests for a loopback host or one of ``allowed_hosts`` are accepted, see
-    ``guard.py``). ``catalog`` is the Iceberg
-    catalog the service tells its clients about (the ``[catalog]`` table); ``iceberg``, if
-    given, the Iceberg REST catalog it serves under ``/iceberg`` (``iceberg/mount.py``).
+    """The service app over ``store``, configured by ``settings`` (None: the defaults, not
+    the environment; ``settings.store`` is not read: ``store`` is the store opened).
 
-    ``threads``: how many calls run on threads at once (plain-``def`` endpoints, and the
-    long polls' looks, which hold at most half). The work is mostly Python holding the
-    GIL between short store round trips, so a few threads keep the process busy; more
-    only contend for the GIL: a 1,000-job barrier took 19% less time with 4 than with 12
-    (docs/benchmarks.md, "Platform").
+    ``tokens`` (the token file's, loaded) None disables authentication, and then only
+    requests for a loopback host or one of ``settings.allowed_hosts`` are accepted
+    (``guard.py``). ``settings.catalog`` is the Iceberg catalog the service tells its
+    clients about (the ``[catalog]`` table); ``settings.iceberg``, if given, the Iceberg
+    REST catalog it serves under ``/iceberg`` (``iceberg/mount.py``).
+
+    ``settings.threads``: how many calls run on threads at once (plain-``def`` endpoints,
+    and the long polls' looks, which hold at most half). The work is mostly Python holding
+    the GIL between short store round trips, so a few threads keep the process busy; more
+    only contend for the GIL (docs/benchmarks.md, "Platform").
 
     ``fast_path``: the job protocol's three hot routes and resolve are answered by
     ``fast_path.py`` rather than by FastAPI's routing (the same endpoints and answers, for
-    less CPU a request); False leaves every route to FastAPI."""
+    less CPU a request); False leaves every route to FastAPI.
+
+    >>> from lockstep.meta_tables.store.sql.store import SqlMetadataStore
+    >>> app = create_app(SqlMetadataStore.open("sqlite://"), ServiceSettings(sql_max_rows=100))
+    """
+    settings = settings if settings is not None else ServiceSettings.model_construct()
+    threads = settings.threads
     app = FastAPI(title="Lockstep coordinator", version="1")
     tokens = grants(tokens)
 
@@ -142,31 +139,35 @@ def create_app(
     fast = FastRoutes()
     if fast_path:  # innermost: after the front door and the request metrics
         app.add_middleware(FastPath, routes=fast)
-    hosts = frozenset(allowed_hosts)
-    app.add_middleware(Guard, tokens=tokens, max_body_bytes=max_body_bytes, allowed_hosts=hosts)
+    hosts = frozenset(settings.allowed_hosts)
+    body_bytes, leases = settings.max_body_bytes, settings.max_leases_per_caller
+    app.add_middleware(Guard, tokens=tokens, max_body_bytes=body_bytes, allowed_hosts=hosts)
 
     _add_error_handlers(app)
     app.state.tokens = tokens
+    metrics_token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
     add_metrics(app, store, token=metrics_token)  # GET /metrics, and request counting
     _add_pages(app, store)
-    _add_catalog(app, catalog, serves_iceberg=iceberg is not None)
+    _add_catalog(app, settings.catalog, serves_iceberg=settings.iceberg is not None)
     _add_topology(app, store)
     _add_barriers(app, store)
     watch_long_polls(app, add_job_protocol(app, store, threads=threads, fast=fast))
     watch_group_commit(app, app.state.group_commit)
-    _add_reads(app, store, max_leases_per_caller=max_leases_per_caller, fast=fast)
+    _add_reads(app, store, max_leases_per_caller=leases, fast=fast)
     _add_operations(app, store)
     _add_leadership(app, store)
-    pool = SqlPool(sql_concurrency, sql_queue)
-    _add_meta_tables(app, store, pool, sql_timeout_s=sql_timeout_s, sql_max_rows=sql_max_rows)
-    if iceberg is not None:
+    pool = SqlPool(settings.sql_concurrency, settings.sql_queue)
+    _add_meta_tables(
+        app, store, pool, sql_timeout_s=settings.sql_timeout_s, sql_max_rows=settings.sql_max_rows
+    )
+    if settings.iceberg is not None:
         mount_iceberg(
             app,
             store,
-            iceberg,
+            settings.iceberg,
             tokens=tokens,
-            max_body_bytes=max_body_bytes,
-            max_leases_per_caller=max_leases_per_caller,
+            max_body_bytes=body_bytes,
+            max_leases_per_caller=leases,
             allowed_hosts=hosts,
         )
     return app

@@ -221,21 +221,7 @@ def _build(
     from lockstep.service.metrics import watch_issuer
 
     store = open_store(settings.store)
-    app = create_app(
-        store,
-        tokens=tokens,
-        sql_timeout_s=settings.sql_timeout_s,
-        sql_max_rows=settings.sql_max_rows,
-        sql_concurrency=settings.sql_concurrency,
-        sql_queue=settings.sql_queue,
-        threads=settings.threads,
-        max_body_bytes=settings.max_body_bytes,
-        max_leases_per_caller=settings.max_leases_per_caller,
-        catalog=settings.catalog,
-        iceberg=settings.iceberg,
-        metrics_token=settings.metrics_token.get_secret_value() if settings.metrics_token else None,
-        allowed_hosts=settings.allowed_hosts,
-    )
+    app = create_app(store, settings, tokens=tokens)
     policy = settings.issue_policy()
     ticker = BackgroundIssuer(BarrierIssuer(store, policy)) if policy is not None else None
     if ticker is not None:
