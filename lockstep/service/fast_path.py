@@ -2,10 +2,10 @@
 
 A barrier through 1,000 jobs is 3,000 protocol requests at once, and dashboards resolve
 all the time. For each request FastAPI walks its ~60 routes, solves the route's
-dependencies, validates the body field by field and encodes the answer: ~0.5 ms of CPU,
-as much as the store's part of a grouped report (docs/benchmarks.md, Platform, "Eleventh
-round"). :class:`FastPath`, the innermost middleware, answers the routes registered with
-:meth:`FastRoutes.post` itself:
+dependencies, validates the body field by field and encodes the answer: as much CPU as
+the store's part of a grouped report (docs/benchmarks.md, "Platform"). :class:`FastPath`,
+the innermost middleware, answers the routes registered with :meth:`FastRoutes.post`
+itself:
 
 - the same endpoint function FastAPI would call, with the same arguments: path parameters,
   the body validated by the same pydantic model, query parameters by their declared types

@@ -6,10 +6,9 @@ that loop answers late, whatever the routes are: the Iceberg catalog's table loa
 the thread pool holding the GIL in 5 ms slices, and the loop takes the GIL back after each
 of its callbacks and socket operations, each time behind them (the GIL's "convoy"), with
 the flood's own connections queued before the probe's. A thread of the same process
-answering it fares hardly better: it waits for the same GIL. 300 loads over 30 threads
-held the service's ``/healthz`` over a second on a busy machine (8-9 s on a busier one),
-and an orchestrator kills a replica whose liveness probe is that slow
-(docs/benchmarks.md, "Health under load").
+answering it fares hardly better: it waits for the same GIL. A flood of table loads held
+the service's ``/healthz`` for seconds (docs/benchmarks.md, "Health under load"), and an
+orchestrator kills a replica whose liveness probe is that slow.
 
 :class:`HealthProcess` answers ``/healthz`` on ``health_port`` from a small process of its
 own (this module run as ``python -m lockstep.service.health``), which shares no GIL with

@@ -22,7 +22,8 @@ tables, sent in the writer's transaction, so delivered if, and only once, it com
 service's memory of the heads (:mod:`.head_cache`) forgets those tables when it hears it.
 Reports are not announced: memory checks the heads of the tables it holds twice a second
 instead, since a NOTIFY wakes every listening server process at the writer's commit, which
-cost a barrier through 1,000 jobs 9% (docs/design.md §3, "Memory of the heads").
+slowed a barrier through many jobs (docs/design.md §3, "Memory of the heads";
+docs/benchmarks.md, "Platform").
 
 A refresh recomputes the heads of the tables it is given from their versions (two index
 seeks per table), so it is right whatever the change was. Every writer of a table's

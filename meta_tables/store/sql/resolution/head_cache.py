@@ -1,7 +1,8 @@
 """The heads in memory: resolution without a round trip to the store (a service on PostgreSQL).
 
-On PostgreSQL a resolve is one statement (:mod:`.lookup`), ~0.3 ms of the service's time
-with the round trip to the server, as much as the rest of the request. So each service
+On PostgreSQL a resolve is one statement (:mod:`.lookup`), which with its round trip to
+the server takes as much of the service's time as the rest of the request
+(docs/benchmarks.md, "Platform"). So each service
 process keeps in memory what that statement reads for the levels that read only WRITTEN
 versions (``repeatable_read``, the default, the one dashboards read at), for every table it
 has been asked about (:class:`Entry`: the table's newest WRITTEN barrier, its expiration
@@ -16,8 +17,8 @@ and go unannounced, is answered by the store.
   newest WRITTEN barrier of every table it holds, one statement for up to a thousand that
   returns only the tables that moved, and forgets those (:meth:`HeadCache.due`,
   :meth:`HeadCache.checked`). Reports are not announced: a NOTIFY in
-  the writer's transaction wakes every listening server process at its commit, which cost
-  a barrier through 1,000 jobs 9% on this machine. An entry not confirmed for
+  the writer's transaction wakes every listening server process at its commit, which
+  slowed a barrier through many jobs. An entry not confirmed for
   :data:`FRESH_S` is not used.
 - *History rewritten* (a revision, a repair) *or a new horizon*: the write names the
   tables in a ``NOTIFY`` sent in its transaction (``heads.announce``), delivered if, and

@@ -7,8 +7,9 @@ Two forms of the same answer, one per dialect, each the fastest that dialect pla
   versions. SQLite drives the joins from the named tables and seeks each by primary key.
 - **PostgreSQL** (:func:`_seeking`): the named tables unnested, then one ``LATERAL ...
   LIMIT 1`` seek per table and relation. Joined, PostgreSQL's planner hashes whole tables
-  when its statistics call them small (or are not gathered yet), so the joined form cost
-  grew with the number of tables: 1.7-3.3 ms at 1,000 tables against 0.2-0.35 ms seeking.
+  when its statistics call them small (or are not gathered yet), so the joined form's cost
+  grew with the number of tables, to several times the seeking form's at 1,000 tables
+  (docs/benchmarks.md, "Platform").
   A version is sought as the newest at or below the target, newest first, which only the
   primary key answers in order; an equality on ``barrier_id`` let the planner scan the
   barrier's index across every table instead.

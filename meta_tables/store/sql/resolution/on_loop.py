@@ -1,7 +1,8 @@
 """Resolution on the event loop: the service's hottest read without a thread (PostgreSQL).
 
-A resolve on the service's thread pool pays the hop to a worker thread and back (~0.3 ms
-here, as much as the statement itself) and queues behind the job protocol's calls when
+A resolve on the service's thread pool pays the hop to a worker thread and back (as much
+as the statement itself, docs/benchmarks.md, "Platform") and queues behind the job
+protocol's calls when
 the pool is busy. On PostgreSQL, :class:`LoopReads` runs resolution's one statement
 (:mod:`.lookup`, the same text the store's driver path runs) on psycopg's asynchronous
 connections instead, on the event loop, and builds the answer with the same code
