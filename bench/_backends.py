@@ -3,31 +3,26 @@
 PostgreSQL comes from the tests' helper (``tests/pg_server.py``: the server named by
 ``LOCKSTEP_TEST_POSTGRES_URL``, else a private cluster started with Debian's ``initdb``);
 the service is the real ``lockstep serve`` command in its own process, with a token file,
-exactly as an operator starts it.
+exactly as an operator starts it (``tests/support/service.py``'s starter).
 """
 
 from __future__ import annotations
 
-import shutil
-import signal
-import subprocess
 import sys
-import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 from _output import say
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import create_engine, text
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 SERVICE_TOKEN = "bench-admin-token"
 
 
 def _tests_helpers() -> None:
-    """Make the tests' helpers (pg_server, ports) importable, after the installed packages."""
+    """Make the tests' helpers (``pg_server``, the ``support`` package: tests/support)
+    importable, after the installed packages."""
     if str(TESTS) not in sys.path:
         sys.path.append(str(TESTS))
 
@@ -42,19 +37,11 @@ def postgres_database() -> Iterator[str]:
     _tests_helpers()
     import pytest
     from pg_server import postgres_admin_url
+    from support.postgres import fresh_database
 
     try:
-        with postgres_admin_url() as admin_url:
-            name = f"lockstep_bench_{uuid.uuid4().hex[:10]}"
-            admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-            with admin.connect() as connection:
-                connection.execute(text(f'CREATE DATABASE "{name}"'))
-            try:
-                yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-            finally:
-                with admin.connect() as connection:
-                    connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-                admin.dispose()
+        with postgres_admin_url() as admin_url, fresh_database(admin_url, "lockstep_bench") as url:
+            yield url
     except pytest.skip.Exception as e:  # the helper skips when there is no server
         raise PostgresUnavailable(str(e)) from e
 
@@ -73,44 +60,12 @@ def lockstep_serve(store_url: str, workdir: Path, *, workers: int = 1) -> Iterat
     """Run ``lockstep serve`` over ``store_url`` (``workers`` processes); yields (service
     URL, admin token)."""
     _tests_helpers()
-    from ports import free_port
+    from support.service import serving, write_tokens
 
-    executable = shutil.which("lockstep", path=str(Path(sys.executable).parent))
-    if executable is None:
-        raise RuntimeError(f"no lockstep command next to {sys.executable}")
-    tokens = workdir / "service-tokens"
-    tokens.write_text(f"admin {SERVICE_TOKEN}\n")
-    log = workdir / "service.log"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [executable, "serve", "--store", store_url, "--port", str(port)]
+    tokens = write_tokens(workdir / "service-tokens", f"admin {SERVICE_TOKEN}")
+    arguments = ["--store", store_url, "--token-file", str(tokens)]
     if workers > 1:
-        command += ["--workers", str(workers)]
-    with log.open("w") as log_file:
-        process = subprocess.Popen(
-            [*command, "--token-file", str(tokens)], stderr=log_file, cwd=workdir
-        )
-    try:
-        _wait_healthy(url, process, log)
+        arguments += ["--workers", str(workers)]
+    with serving(workdir, arguments, log=workdir / "service.log") as (process, url):
         say(f"lockstep serve (pid {process.pid}) on {url}")
         yield url, SERVICE_TOKEN
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"lockstep serve exited ({process.returncode}):\n{log.read_text()}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.05)
-    raise RuntimeError(f"lockstep serve did not become healthy in 60 s:\n{log.read_text()}")

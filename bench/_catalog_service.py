@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from _backends import _tests_helpers
 
 
 @contextmanager
 def catalog_service(home: Path, tokens: str) -> Iterator[tuple[str, Any]]:
     """The service over a SQLite store and a local warehouse in ``home``, its token file
     holding ``tokens`` (lines ``ROLE TOKEN``), on a free loopback port in a thread: its
-    URL (the catalog is at ``URL/iceberg``) and its store."""
-    import uvicorn
+    URL (the catalog is at ``URL/iceberg``) and its store (closed after the service
+    stops)."""
+    _tests_helpers()
+    from support.service import running
 
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
     from lockstep.service.app import create_app
@@ -30,17 +31,8 @@ def catalog_service(home: Path, tokens: str) -> Iterator[tuple[str, Any]]:
     store = SqlMetadataStore.open(f"sqlite:///{home / 'svc.db'}")
     iceberg = IcebergSettings(warehouse=f"file://{home / 'warehouse'}")
     app = create_app(store, ServiceSettings(iceberg=iceberg), tokens=load_tokens(token_file))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)  # a bounded start-up wait: uvicorn says when it listens
-    try:
-        yield f"http://127.0.0.1:{port}", store
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        store.close()
+    with running(app) as url:
+        try:
+            yield url, store
+        finally:
+            store.close()

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from _backends import _tests_helpers
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "exec_shopping"
@@ -38,7 +38,8 @@ class Served:
 
 def serve(home: Path) -> Served:
     """The service with ``[iceberg]`` on a free loopback port, in this process."""
-    import uvicorn
+    _tests_helpers()
+    from support.service import serve_in_thread
 
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
     from lockstep.service.app import create_app
@@ -54,30 +55,17 @@ def serve(home: Path) -> Served:
     store = SqlMetadataStore.open(f"sqlite:///{home / 'svc.db'}")
     settings = IcebergSettings(warehouse=f"file://{home / 'warehouse'}")
     app = create_app(store, ServiceSettings(iceberg=settings), tokens=load_tokens(tokens))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    threading.Thread(target=server.run, daemon=True).start()
-    while not server.started:
-        time.sleep(0.05)
-    url = f"http://127.0.0.1:{port}"
+    url = serve_in_thread(app).url  # stopped with the benchmark's process
     return Served(url, f"{url}/iceberg", store, home)
 
 
-def user_spark_conf(folder: Path) -> Path:
-    """A user's own Spark configuration: local, small, quick to start."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "spark-defaults.conf").write_text(
-        "spark.master local[2]\n"
-        "spark.ui.enabled false\n"
-        "spark.ui.showConsoleProgress false\n"
-        "spark.sql.shuffle.partitions 2\n"
-        "spark.sql.catalogImplementation in-memory\n"
-        f"spark.driver.extraJavaOptions -Dderby.system.home={folder} "
-        "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC\n"
-    )
-    return folder
+def user_conf(work: Path) -> Path:
+    """The user's own Spark configuration, in ``work/user-conf`` (tests/support/spark.py's:
+    small and quick, the metastore left to exec)."""
+    _tests_helpers()
+    from support.spark import user_spark_conf
+
+    return user_spark_conf(work / "user-conf")
 
 
 def plain_spark_conf(folder: Path, served: Served, user: Path) -> Path:
@@ -87,6 +75,7 @@ def plain_spark_conf(folder: Path, served: Served, user: Path) -> Path:
         DEFAULTS_FILE,
         RunCatalog,
         iceberg_jar,
+        local_metastore,
         read_defaults,
         spark_defaults,
         write_conf_dir,
@@ -94,7 +83,11 @@ def plain_spark_conf(folder: Path, served: Served, user: Path) -> Path:
 
     catalog = RunCatalog("lockstep", served.uri, ADMIN, "", "")
     jars = [jar for jar in (iceberg_jar(),) if jar]
-    settings = spark_defaults(catalog, read_defaults(user / DEFAULTS_FILE), jars)
+    defaults = read_defaults(user / DEFAULTS_FILE)
+    settings = spark_defaults(catalog, defaults, jars)
+    # the metastore where exec keeps its programs' (in memory, Derby in ``folder``), not
+    # in the working directory: the same SQL file runs alike both ways
+    settings.update(local_metastore(defaults, user, folder))
     settings.pop("spark.sql.catalog.lockstep.warehouse")
     write_conf_dir(folder, settings, user)
     return folder

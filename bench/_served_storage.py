@@ -10,9 +10,6 @@ no other process of the benchmark does: clients get credentials from the catalog
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _backends import _tests_helpers, _wait_healthy
+from _backends import _tests_helpers
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 BUCKET = "lake"
@@ -72,38 +69,16 @@ def lockstep_serve(
     ``[iceberg]`` table (and ``settings_lines`` before it), an admin and a read token.
     Stopped (SIGTERM) at the end."""
     _tests_helpers()
-    from ports import free_port
+    from support.service import serving, write_tokens
 
-    executable = shutil.which("lockstep", path=str(Path(sys.executable).parent))
-    if executable is None:
-        raise RuntimeError(f"no lockstep command next to {sys.executable}")
     home.mkdir(parents=True, exist_ok=True)
-    tokens = home / "tokens"
-    tokens.write_text(f"admin {ADMIN}\nread {READ}\n")
-    tokens.chmod(0o600)
+    tokens = write_tokens(home / "tokens", f"admin {ADMIN}\nread {READ}")
     config = home / "service.toml"
     config.write_text(
         f'store = "sqlite:///{home / "svc.db"}"\ntoken_file = "{tokens}"\n{settings_lines}'
         f'[iceberg]\nwarehouse = "{warehouse}"\n{iceberg_lines}'
     )
     config.chmod(0o600)  # it holds the store's keys
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     log = home / "service.log"
-    with log.open("w") as log_file:
-        process = subprocess.Popen(
-            [executable, "serve", "--config", str(config), "--port", str(port)],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            cwd=home,
-        )
-    try:
-        _wait_healthy(url, process, log)
+    with serving(home, ["--config", str(config)], log=log) as (_, url):
         yield Served(url, f"{url}/iceberg", warehouse, log)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()

@@ -54,7 +54,7 @@ from _exec_parts import (
     run_exec,
     serve,
     start_exec,
-    user_spark_conf,
+    user_conf,
 )
 from _output import format_rows, machine, say, write_json
 
@@ -96,7 +96,7 @@ def _runtime(ls: Any) -> Any:
 
 
 def measure(barriers: int, work: Path, remote: str) -> dict[str, list[dict[str, float]]]:
-    env = environment(user_spark_conf(work / "user-conf"))
+    env = environment(user_conf(work))
     ways = [*WAYS, *LOOPS, RUNTIME]
     served = {way: serve(work / _folder(way)) for way in ways}
     lss = {way: _connect(s) for way, s in served.items()}

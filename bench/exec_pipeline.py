@@ -47,7 +47,7 @@ from _exec_parts import (
     sql_command,
     sql_seconds,
     start_exec,
-    user_spark_conf,
+    user_conf,
 )
 from _output import format_rows, machine, say, write_json
 
@@ -84,7 +84,7 @@ def compare(served: Served, barriers: int, spark: bool, work: Path) -> dict[str,
     catalog.create_namespace("default")
     catalog.create_namespace("plain")
     plain_source = None
-    user = user_spark_conf(work / "user-conf")
+    user = user_conf(work)
     exec_env = environment(user)
     plain_env = environment(plain_spark_conf(work / "plain-conf", served, user))
     plain_env.update(
@@ -172,7 +172,7 @@ def pipeline(served: Served, barriers: int, spark: bool, work: Path) -> dict[str
         [s for s in load_jobs_file(EXAMPLES / "jobs.json") if s.job_id != "user_spend"]
     )
     catalog.create_namespace("default")
-    env = environment(user_spark_conf(work / "user-conf"))
+    env = environment(user_conf(work))
     price = (
         ["spark-submit", str(EXAMPLES / "run_sql.py"), str(EXAMPLES / "sum_price.sql")]
         if spark

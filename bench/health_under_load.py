@@ -85,7 +85,7 @@ def nearest_rank(values: list[float], fraction: float) -> float:
 
 def free_port() -> int:
     _tests_helpers()
-    from ports import free_port as free
+    from support.ports import free_port as free
 
     return free()
 

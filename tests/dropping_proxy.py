@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ports import free_port
+from support.ports import free_port
 
 
 @dataclass(frozen=True)

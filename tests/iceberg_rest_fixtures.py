@@ -17,8 +17,8 @@ from service_fixtures import (
     READ_TOKEN,
     SHOPPING_JOB_TOKENS,
     SUM_JOB_TOKEN,
-    running,
 )
+from support.service import running
 
 
 def served_connections(service: CatalogService, spec: Any, job_token: str) -> tuple[Any, Any, str]:

@@ -26,7 +26,7 @@ from typing import NoReturn
 
 import pytest
 from _kafka import KafkaBroker, KafkaStartError, KafkaUnavailable
-from ports import free_port
+from support.ports import free_port
 
 from lockstep.barrier.jars import FetchError
 

@@ -9,19 +9,17 @@ skipping them.
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
 import tempfile
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from ports import free_port
-from sqlalchemy import create_engine, make_url, text
+from support.ports import free_port
+from support.postgres import fresh_database, postgres_bin
 
 URL_ENV = "LOCKSTEP_TEST_POSTGRES_URL"
 REQUIRE_ENV = "LOCKSTEP_REQUIRE_POSTGRES"
@@ -33,18 +31,10 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"no PostgreSQL server: {reason}; install postgresql or set {URL_ENV}")
 
 
-def _bin_dir() -> Path | None:
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if candidates:
-        return Path(candidates[-1]).parent
-    found = shutil.which("initdb")
-    return Path(found).parent if found else None
-
-
 @contextmanager
 def local_cluster() -> Iterator[str]:
     """Start a private cluster; yields an admin URL to its ``postgres`` database."""
-    bin_dir = _bin_dir()
+    bin_dir = postgres_bin()
     if bin_dir is None:
         _unavailable("initdb was not found")
         raise AssertionError("unreachable")
@@ -109,18 +99,3 @@ def postgres_admin() -> Iterator[str]:
 def postgres_url(postgres_admin: str) -> Iterator[str]:
     with fresh_database(postgres_admin) as url:
         yield url
-
-
-@contextmanager
-def fresh_database(postgres_admin: str) -> Iterator[str]:
-    """A new, empty database on the server (dropped on exit); its URL."""
-    name = f"lockstep_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(postgres_admin, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(postgres_admin).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()

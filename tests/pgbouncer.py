@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 from pg_server import REQUIRE_ENV
-from ports import free_port
 from sqlalchemy import make_url
+from support.ports import free_port
 
 START_TIMEOUT_S = 30.0
 

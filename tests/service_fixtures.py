@@ -1,24 +1,22 @@
-"""A real coordinator service on loopback (uvicorn in a thread) for the tests, and a
-readiness probe for one started as a process."""
+"""The tests' service fixtures: tokens, a real coordinator service on loopback (``served``:
+uvicorn in a thread), long polls out while one stops. The starters themselves are the
+support package's (:mod:`support.service`), imported here for the tests that take them
+from this module."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from conftest import FakeClock
-from ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
+from support.service import running
 
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
@@ -33,54 +31,6 @@ SHOPPING_JOB_TOKENS = {
     "sum_amount": "s3cret-job-token-shop2",
     "sum_price": "s3cret-job-token-shop3",
 }
-
-
-def serve_process(
-    folder: Path, store_url: str, token: str, *flags: str
-) -> tuple[subprocess.Popen[str], str]:
-    """``lockstep serve`` on ``store_url`` as a process of its own (a free port, an admin
-    ``token`` in a token file in ``folder``, ``flags`` added); the process and its URL.
-    Not yet healthy: :func:`wait_healthy`."""
-    executable = shutil.which("lockstep", path=str(Path(sys.executable).parent))
-    assert executable is not None
-    tokens = folder / "tokens"
-    tokens.write_text(f"admin {token}\n")
-    tokens.chmod(0o600)
-    port = free_port()
-    command = [executable, "serve", "--store", store_url, "--port", str(port)]
-    process = subprocess.Popen(
-        [*command, "--token-file", str(tokens), *flags],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=folder,
-    )
-    return process, f"http://127.0.0.1:{port}"
-
-
-def stopped(process: subprocess.Popen[str], *, timeout_s: float = 60.0) -> str:
-    """Stop a service started by :func:`serve_process` (SIGTERM, if it still runs) and
-    wait for it to exit; its stderr."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    return process.communicate(timeout=timeout_s)[1]
-
-
-def wait_healthy(url: str, process: subprocess.Popen[Any], *, timeout_s: float) -> None:
-    """Until ``/healthz`` at ``url`` answers 200; fail if ``process`` exits first or
-    ``timeout_s`` passes (the exit shows the end of its stderr)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            stderr = process.stderr.read() if process.stderr is not None else ""
-            text = stderr.decode() if isinstance(stderr, bytes) else stderr
-            raise AssertionError(f"the service at {url} exited: {text[-2000:]}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)  # polling a readiness probe, bounded by the deadline
-    raise AssertionError(f"the service at {url} never became healthy")
 
 
 def long_polls(url: str, token: str) -> float:
@@ -126,29 +76,6 @@ def stop_with_polls_out(
         poller.join(30)
     _, stderr = process.communicate(timeout=30)  # signalled once, above: no second SIGTERM
     return answers, stderr
-
-
-@contextmanager
-def running(app: Any) -> Iterator[str]:
-    """``app`` served by a real uvicorn on loopback, in a thread; yields its URL."""
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    started = threading.Event()
-    for _ in range(200):
-        if server.started:
-            started.set()
-            break
-        thread.join(0.05)
-    assert started.is_set(), "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ports import free_port
+from support.ports import free_port
 
 START_TIMEOUT_S = 90.0
 WORKERS = 1

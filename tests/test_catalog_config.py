@@ -9,7 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from service_fixtures import ADMIN_TOKEN, running
+from service_fixtures import ADMIN_TOKEN
+from support.service import running
 
 import lockstep
 from lockstep.barrier.iceberg.catalog import IcebergCatalog

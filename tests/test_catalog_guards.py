@@ -19,7 +19,8 @@ import pyarrow as pa
 import pytest
 from catalog_scene import NS, Scene, build_scene, instance_headers, send
 from iceberg_rest_fixtures import CatalogService, serve_catalog
-from service_fixtures import ADMIN_TOKEN, LOAD_JOB_TOKEN, READ_TOKEN, running
+from service_fixtures import ADMIN_TOKEN, LOAD_JOB_TOKEN, READ_TOKEN
+from support.service import running
 
 pytest.importorskip("pyiceberg")
 from pyiceberg.catalog import Catalog, load_catalog

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from job_process import truth
-from service_fixtures import ADMIN_TOKEN, running
+from service_fixtures import ADMIN_TOKEN
+from support.service import running
 
 import lockstep
 from lockstep.examples import shopping

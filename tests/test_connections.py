@@ -6,7 +6,6 @@ The whole ``lockstep serve`` under exhaustion: test_serve_connections.py."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import FakeClock
-from ports import free_port
 from service_fixtures import ADMIN_TOKEN
+from support.service import running
 
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.service.connections import ConnectionLimits, GuardedHttp
@@ -29,8 +28,6 @@ AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/j
 
 @pytest.fixture
 def guarded(tmp_path: Path, clock: FakeClock) -> Iterator[str]:
-    import uvicorn
-
     from lockstep.service.app import create_app
     from lockstep.service.auth import load_tokens
 
@@ -38,24 +35,11 @@ def guarded(tmp_path: Path, clock: FakeClock) -> Iterator[str]:
     store = SqlMetadataStore.open(f"sqlite:///{tmp_path / 'svc.db'}")
     app = create_app(store, tokens=load_tokens(tmp_path / "tokens"))
     GuardedHttp.configure(ConnectionLimits(CAP, DEADLINE_S))
-    port = free_port()
     keep_alive = _uvicorn_options(ServiceSettings(store="sqlite://"))["timeout_keep_alive"]
-    config = uvicorn.Config(
-        app, port=port, log_level="error", http=GuardedHttp, timeout_keep_alive=keep_alive
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if server.started:
-            break
-        thread.join(0.05)
-    assert server.started, "uvicorn did not start"
     try:
-        yield f"http://127.0.0.1:{port}"
+        with running(app, http=GuardedHttp, timeout_keep_alive=keep_alive) as url:
+            yield url
     finally:
-        server.should_exit = True
-        thread.join(10)
         store.close()
 
 

@@ -34,7 +34,6 @@ from pathlib import Path
 
 import pytest
 from _crash_catch_up import order_window, shape_problems, user_window, with_catch_up
-from _crash_pg import postgres_bin
 from _crash_plan import RunResult
 from _crash_run import RunPlan
 from _crash_truth import (
@@ -51,6 +50,7 @@ from _crash_truth import (
 from crash_check import run_once, summary
 from jdbc_catalog import require_driver_jar
 from pg_server import REQUIRE_ENV
+from support.postgres import postgres_bin
 
 POSTGRES = pytest.mark.postgres
 SEEDS = {"embedded": 11, "service": 12}  # the victims and faults they pick; timing varies

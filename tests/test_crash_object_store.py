@@ -26,11 +26,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from _crash_pg import postgres_bin
 from _crash_plan import RunPlan, RunResult
 from _crash_s3 import restart_s3_now
 from crash_check import run_once, summary
 from pg_server import REQUIRE_ENV
+from support.postgres import postgres_bin
 
 POSTGRES = pytest.mark.postgres
 SEEDS = {"embedded": 31, "service": 32}  # the victims and faults they pick; timing varies

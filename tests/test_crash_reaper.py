@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from _crash_pg import postgres_bin
 from jdbc_catalog import require_driver_jar
+from support.postgres import postgres_bin
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 MARK = "LOCKSTEP_REAPER_TEST"

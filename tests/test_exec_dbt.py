@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from service_fixtures import ADMIN_TOKEN, READ_TOKEN, SHOPPING_JOB_TOKENS
-from test_exec_spark import user_spark_conf
+from support.spark import user_spark_conf
 
 if TYPE_CHECKING:
     from iceberg_rest_fixtures import CatalogService

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from service_fixtures import ADMIN_TOKEN, READ_TOKEN, SHOPPING_JOB_TOKENS
+from support.spark import user_spark_conf
 
 if TYPE_CHECKING:
     from iceberg_rest_fixtures import CatalogService
@@ -40,20 +41,6 @@ WARNINGS = (  # what Spark said on every run before #47
     "missing the OAuth2 server URI",
     "resolves to a loopback address",
 )
-
-
-def user_spark_conf(folder: Path) -> Path:
-    """A user's own Spark configuration, as small and quick as a laptop's should be (and
-    nothing about a metastore: where that lives is exec's to choose)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "spark-defaults.conf").write_text(
-        "spark.master local[2]\n"
-        "spark.ui.enabled false\n"
-        "spark.ui.showConsoleProgress false\n"
-        "spark.sql.shuffle.partitions 2\n"
-        "spark.driver.extraJavaOptions -XX:TieredStopAtLevel=1 -XX:+UseSerialGC\n"
-    )
-    return folder
 
 
 def spark_environment(tmp_path: Path) -> dict[str, str]:

@@ -16,7 +16,8 @@ import httpx
 import pytest
 from conftest import FakeClock
 from pipelines import register
-from service_fixtures import ADMIN_TOKEN, READ_TOKEN, running
+from service_fixtures import ADMIN_TOKEN, READ_TOKEN
+from support.service import running
 
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.service.auth import Grant, Role

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from conftest import FakeClock
 from pipelines import register, snapshot_id
-from service_fixtures import running
 from sqlalchemy import event
 from sqlalchemy.orm import Session
+from support.service import running
 
 from lockstep.barrier.calls import Call, NextBarrier, Outcome, Processed, WrittenAndNext
 from lockstep.barrier.model import VersionState

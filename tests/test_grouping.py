@@ -26,9 +26,9 @@ import hypothesis.strategies as st
 import pytest
 from conftest import FakeClock
 from hypothesis import HealthCheck, Phase, given, settings
-from pg_server import fresh_database
 from pipelines import dump, snapshot_id
 from sqlalchemy import text
+from support.postgres import fresh_database
 
 from lockstep.barrier.calls import Call, NextBarrier, Processed, WrittenAndNext
 from lockstep.barrier.model import Barrier

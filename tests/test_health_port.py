@@ -24,8 +24,9 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import FakeClock
-from ports import free_port
-from service_fixtures import ADMIN_TOKEN, running, serve_process, stopped, wait_healthy
+from service_fixtures import ADMIN_TOKEN
+from support.ports import free_port
+from support.service import running, serve_process, stopped, wait_healthy
 
 from lockstep.errors import ConfigurationError
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore

@@ -306,24 +306,12 @@ def test_the_server_keeps_idle_connections_longer_than_its_clients() -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    import uvicorn
-    from ports import free_port
+    from support.service import running
 
-    port = free_port()
     kept = {k: options[k] for k in ("timeout_keep_alive", "headers", "http")}
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="error", **kept))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        for _ in range(200):
-            if server.started:
-                break
-            thread.join(0.05)
-        answer = httpx.get(f"http://127.0.0.1:{port}/", timeout=10)
+    with running(app, **kept) as url:
+        answer = httpx.get(f"{url}/", timeout=10)
         assert answer.headers["keep-alive"] == f"timeout={CLIENT_KEEP_ALIVE_S}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

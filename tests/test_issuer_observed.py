@@ -14,7 +14,7 @@ import pytest
 from conftest import FakeClock
 from pipelines import run_barrier
 from prometheus_client.parser import text_string_to_metric_families
-from service_fixtures import serve_process, stopped, wait_healthy
+from support.service import serve_process, stopped, wait_healthy
 
 from lockstep.barrier.issuer import BarrierIssuer
 from lockstep.barrier.policies import Interval, OnDemand

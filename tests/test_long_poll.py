@@ -16,7 +16,7 @@ import httpx
 import pytest
 from conftest import FakeClock
 from pipelines import register, run_barrier, snapshot_id
-from service_fixtures import running
+from support.service import running
 
 from lockstep.barrier.calls import Call, NextBarrier, Outcome
 from lockstep.barrier.model import Barrier

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_fixtures import ADMIN_TOKEN, serve_process, stopped, wait_healthy
+from service_fixtures import ADMIN_TOKEN
+from support.service import serve_process, stopped, wait_healthy
 
 MiB = 2**20
 HEAVY = "SELECT repeat('x', 200000000) AS s"  # the finding's query: a 200 MB string

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from service_fixtures import running
+from support.service import running
 
 import lockstep
 from lockstep.errors import MetaQueryError

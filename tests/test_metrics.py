@@ -18,8 +18,9 @@ import yaml
 from conftest import FakeClock
 from pipelines import SHOPPING, register, run_barrier, snapshot_id
 from prometheus_client.parser import text_string_to_metric_families
-from service_fixtures import ADMIN_TOKEN, READ_TOKEN, running
+from service_fixtures import ADMIN_TOKEN, READ_TOKEN
 from sqlalchemy import event
+from support.service import running
 
 import lockstep
 from lockstep.barrier.iceberg.tables import IcebergTables

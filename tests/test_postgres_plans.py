@@ -29,8 +29,8 @@ from pg_plans import (
     rows_read,
     run_barrier,
 )
-from pg_server import fresh_database
 from sqlalchemy import select
+from support.postgres import fresh_database
 
 from lockstep.meta_tables.store.sql.resolution import head_cache
 from lockstep.meta_tables.store.sql.schema import TableHeadRow

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pg_server import fresh_database
 from sqlalchemy import event, text
 from sqlalchemy.orm import Session
+from support.postgres import fresh_database
 
 from lockstep.barrier.model import VersionState
 from lockstep.meta_tables.store.sql.io.versions import versions_at

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from ports import free_port
-from service_fixtures import wait_healthy
+from support.ports import free_port
+from support.service import wait_healthy
 
 from lockstep.barrier.model import Barrier
 from lockstep.errors import FencedError, NoConsistentBarrierError

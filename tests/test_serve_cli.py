@@ -6,7 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
-from service_fixtures import serve_process, stop_with_polls_out, stopped, wait_healthy
+from service_fixtures import stop_with_polls_out
+from support.service import serve_process, stopped, wait_healthy
 
 import lockstep
 from lockstep.service.server import SHUTDOWN_GRACE_S

@@ -8,17 +8,14 @@ from __future__ import annotations
 import os
 import resource
 import selectors
-import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from ports import free_port
-from service_fixtures import stopped, wait_healthy
+from support.service import serve_process, stopped, wait_healthy
 
 pytest.importorskip("uvicorn")
 TOKEN = "conn-admin-token-0001"
@@ -28,23 +25,11 @@ READ_TIMEOUT_S = 2.0
 
 
 def _serve(folder: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
-    executable = shutil.which("lockstep", path=str(Path(sys.executable).parent))
-    assert executable is not None
-    (folder / "tokens").write_text(f"admin {TOKEN}\n")
-    port = free_port()
     environment = {**os.environ, "LOCKSTEP_SERVICE_READ_TIMEOUT_S": str(READ_TIMEOUT_S)}
+    # the shell's ulimit, not preexec_fn (unsafe in a process with threads)
+    ulimit = ["sh", "-c", f'ulimit -n {FD_LIMIT} && exec "$@"', "sh"]
     store = f"sqlite:///{folder / 'svc.db'}"
-    tokens = str(folder / "tokens")
-    command = [executable, "serve", "--store", store, "--port", str(port), "--token-file", tokens]
-    process = subprocess.Popen(
-        # the shell's ulimit, not preexec_fn (unsafe in a process with threads)
-        ["sh", "-c", f'ulimit -n {FD_LIMIT} && exec "$@"', "sh", *command, *flags],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=folder,
-        env=environment,
-    )
-    return process, f"http://127.0.0.1:{port}"
+    return serve_process(folder, store, TOKEN, *flags, env=environment, prefix=ulimit)
 
 
 def _half_sent(port: int, i: int) -> socket.socket:

@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from service_fixtures import serve_process, stop_with_polls_out, stopped, wait_healthy
+from service_fixtures import stop_with_polls_out
+from support.service import serve_process, stopped, wait_healthy
 
 from lockstep.barrier.model import Barrier
 from lockstep.errors import ConfigurationError

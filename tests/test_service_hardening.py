@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 from conftest import FakeClock
-from service_fixtures import ADMIN_TOKEN, READ_TOKEN, running
+from service_fixtures import ADMIN_TOKEN, READ_TOKEN
+from support.service import running
 from test_meta_sandbox import BEFORE, HOSTILE
 
 import lockstep

@@ -19,9 +19,9 @@ from conftest import FakeClock
 from heard import ISSUE_IN_ANOTHER_PROCESS, WAIT_S, Heard
 from pgbouncer import through, transaction_pooler
 from pipelines import register
-from service_fixtures import serve_process, stopped, wait_healthy
 from sqlalchemy import make_url
 from store_contract import StoreContract
+from support.service import serve_process, stopped, wait_healthy
 
 from lockstep.errors import StoreError
 from lockstep.meta_tables.store.base import MetadataStore

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 from operations_contract import OperationsContract
-from ports import free_port
 from store_contract import StoreContract
+from support.ports import free_port
 
 import lockstep
 from lockstep.errors import (

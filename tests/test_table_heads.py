@@ -11,7 +11,6 @@ revisions, expirations and repairs. After every step:
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from itertools import combinations
@@ -21,9 +20,9 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import text
 from sqlalchemy.orm import Session
+from support.postgres import create_database, drop_database, unique_name
 from test_properties import topologies
 
 from lockstep.barrier.model import FoundVersion
@@ -221,20 +220,12 @@ class PostgresHeadsMachine(HeadsMachine):
     each example on a database of its own."""
 
     def open_store(self) -> SqlMetadataStore:
-        admin = create_engine(_POSTGRES["admin"], isolation_level="AUTOCOMMIT")
-        self.database = f"lockstep_heads_{uuid.uuid4().hex[:12]}"
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{self.database}"'))
-        admin.dispose()
-        url = make_url(_POSTGRES["admin"]).set(database=self.database)
-        return SqlMetadataStore.open(url.render_as_string(hide_password=False))
+        self.database = unique_name("lockstep_heads")
+        return SqlMetadataStore.open(create_database(_POSTGRES["admin"], self.database))
 
     def teardown(self) -> None:
         super().teardown()
-        admin = create_engine(_POSTGRES["admin"], isolation_level="AUTOCOMMIT")
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)'))
-        admin.dispose()
+        drop_database(_POSTGRES["admin"], self.database)
 
 
 _POSTGRES: dict[str, str] = {}  # the server's admin URL, while the PostgreSQL case runs

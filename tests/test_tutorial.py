@@ -30,7 +30,6 @@ import select
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.ports import free_port
 
 TUTORIAL = Path(__file__).resolve().parents[1] / "docs" / "tutorial.md"
 VENV_BIN = Path(sys.executable).parent
@@ -197,12 +197,6 @@ class Terminal:
         for stream in (self.proc.stdin, self.proc.stdout, self.shell_errors):
             if stream is not None:
                 stream.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_tutorial(blocks: list[Block], folder: Path) -> Terminal:
