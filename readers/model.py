@@ -15,7 +15,8 @@ DEFAULT_LEASE_TTL_S = 600.0  # how long a read lease holds its snapshots unless 
 
 @dataclass(frozen=True)
 class SnapshotSet:
-    """One snapshot per table, all for ``barrier_id`` (None only for read_uncommitted).
+    """One snapshot per table, all for ``barrier_id`` (None only at a level with no common
+    barrier: read_uncommitted).
 
     >>> s = SnapshotSet(ConsistencyLevel.REPEATABLE_READ, 3, {})
     >>> s.barrier_id
@@ -33,7 +34,8 @@ class SnapshotSet:
 
     @property
     def barriers(self) -> dict[str, int]:
-        """The barrier of each table's version (all equal, except under read_uncommitted)."""
+        """The barrier of each table's version (all equal, except at a level with no
+        common barrier)."""
         return {table: v.barrier_id for table, v in self.versions.items()}
 
 
