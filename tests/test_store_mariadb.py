@@ -3,6 +3,7 @@ there: its dialect's choices, each as the dialect object states it (``dialects/m
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -19,6 +20,7 @@ from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.meta_tables.store.sql import dialects, wakeups
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.meta_tables.store.sql.topology import TOPOLOGY_LOCK
+from lockstep.service.wakeup import BarrierWaits
 from lockstep.stores import open_store
 from lockstep.topology.model import JobSpec
 
@@ -117,3 +119,30 @@ def test_waiters_poll_explicitly(mariadb_url: str) -> None:
         assert [b.barrier_id for b in found if isinstance(b, Barrier)] == [1]
     finally:
         waiting.close()
+
+
+def test_the_service_long_poll_polls_there(mariadb_url: str) -> None:
+    """The service's long poll on MariaDB: told nothing is announced, it looks again on a
+    timer, and hands over a barrier another process issued long before its wait is out."""
+    store = SqlMetadataStore.open(mariadb_url)
+    issue = f"from lockstep.stores import open_store; open_store({mariadb_url!r}).issue_barrier()"
+    try:
+        store.register_job(JobSpec("root", sinks=("t",)))
+        token = store.attach("root").token
+        waits = BarrierWaits(store)
+        assert not waits.announced
+
+        async def poll() -> tuple[Barrier | None, float]:
+            started = asyncio.get_running_loop().time()
+            waiting = asyncio.create_task(waits.next_barrier("root", token, wait_s=120))
+            issued = asyncio.create_subprocess_exec(sys.executable, "-c", issue)
+            assert await (await issued).wait() == 0
+            return await waiting, asyncio.get_running_loop().time() - started
+
+        found, took = asyncio.run(poll())
+        waits.close()
+        assert isinstance(found, Barrier)
+        assert found.barrier_id == 1
+        assert took < 60  # the wait (120 s) did not run out: a look found it
+    finally:
+        store.close()
