@@ -4,9 +4,6 @@ has a version of, :func:`check_catch_up` checking the others)."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from _crash_catch_up import left_started, listed_problems, tally
+from _installed import support_importable
 
 from lockstep.demo import LevelStats
 from lockstep.examples.shopping import expected_sums, shopping_rows
@@ -29,8 +27,7 @@ class Served:
     uri: str
     token: str
     store: Any
-    server: Any
-    thread: threading.Thread
+    served: Any  # support.service.ThreadedServer
 
     def connect(self) -> Any:
         import lockstep
@@ -49,8 +46,7 @@ class Served:
 
     def close(self) -> None:
         """Stop serving, then close the store (nothing of the service writes after)."""
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
+        self.served.stop(30)
         self.store.close()
 
     def _catalog(self) -> dict[str, str]:
@@ -59,7 +55,8 @@ class Served:
 
 def serve(workdir: Path, token: str) -> Served:
     """The service with ``[iceberg]`` on a free loopback port (an admin ``token``)."""
-    import uvicorn
+    support_importable()
+    from support.service import serve_in_thread
 
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
     from lockstep.service.app import create_app
@@ -73,16 +70,8 @@ def serve(workdir: Path, token: str) -> Served:
     store = SqlMetadataStore.open(f"sqlite:///{workdir / 'svc.db'}")
     settings = IcebergSettings(warehouse=f"file://{workdir / 'warehouse'}")
     app = create_app(store, ServiceSettings(iceberg=settings), tokens=load_tokens(tokens))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    url = f"http://127.0.0.1:{port}"
-    return Served(url, f"{url}/iceberg", token, store, server, thread)
+    served = serve_in_thread(app)
+    return Served(served.url, f"{served.url}/iceberg", token, store, served)
 
 
 def check_tables(

@@ -11,11 +11,9 @@ a session of its own, which nothing else would end.
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -23,19 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from _installed import support_importable
 from _reaper import at_death, forget_command, forget_group, watch_group
 
 START_TIMEOUT_S = 120
 IDLE_IN_TRANSACTION_MS = 5_000  # a platform's setting: see _options
-
-
-def postgres_bin() -> Path | None:
-    """Where ``initdb`` and ``pg_ctl`` are (the newest Debian cluster version), or None."""
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if candidates:
-        return Path(candidates[-1]).parent
-    found = shutil.which("initdb")
-    return Path(found).parent if found else None
 
 
 @dataclass
@@ -69,6 +59,9 @@ class PgCluster:
     def create(cls, port: int) -> PgCluster:
         """A new cluster in a new temporary directory (its own: the ``postgres`` user
         cannot enter a run's directory), started."""
+        support_importable()
+        from support.postgres import postgres_bin
+
         bin_dir = postgres_bin()
         if bin_dir is None:
             raise RuntimeError(
@@ -124,15 +117,10 @@ class PgCluster:
 
     def create_database(self, name: str) -> str:
         """A new database; its URL."""
-        from sqlalchemy import create_engine, text
+        support_importable()
+        from support.postgres import create_database
 
-        admin = create_engine(self.url(), isolation_level="AUTOCOMMIT")
-        try:
-            with admin.connect() as connection:
-                connection.execute(text(f'CREATE DATABASE "{name}"'))
-        finally:
-            admin.dispose()
-        return self.url(name)
+        return create_database(self.url(), name)
 
     def _options(self) -> str:
         # A replica frozen inside a transaction (a pause) holds its row locks: without
@@ -170,10 +158,10 @@ def _run_to_end(argv: list[str]) -> None:
 
 def service_cluster() -> tuple[PgCluster, str]:
     """A new cluster for a service run, and its store's URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    cluster = PgCluster.create(port)
+    support_importable()
+    from support.ports import free_port
+
+    cluster = PgCluster.create(free_port())
     try:
         return cluster, cluster.create_database("lockstep")
     except BaseException:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -50,6 +49,7 @@ from _crash_s3 import (
 )
 from _crash_tokens import RunTokens
 from _crash_truth import PER_BARRIER, Read, check_reads, check_tables, is_consistent
+from _installed import support_importable
 
 import lockstep
 from lockstep.barrier.runtime.runner import FAULT_POINTS
@@ -64,12 +64,6 @@ HARNESS_LOG = "harness.log"  # what the run did and when, kept however quiet it 
 DRAIN_LOOK_S = 5.0  # how often the drain looks whether the jobs still write
 OUTPUT_CHARS = 200_000  # a start's output searched for why it ended (Java traces are long)
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class CrashRun:
@@ -270,6 +264,9 @@ class CrashRun:
             "--config",
             str(config),
         ]
+        support_importable()
+        from support.ports import free_port
+
         for letter in "ab":
             port = free_port()
             replica = self._managed(f"replica-{letter}", [*serve, "--port", str(port)])

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+from _installed import support_importable
 from _processes import stop_group
 
 from lockstep.errors import NoConsistentBarrierError, UnknownTableError
@@ -43,12 +43,6 @@ AWS_VARIABLES = (
     "AWS_PROFILE",
     "AWS_SHARED_CREDENTIALS_FILE",
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def keyless_environment() -> dict[str, str]:
@@ -74,7 +68,10 @@ class Lakehouse:
         self.admin = secrets.token_urlsafe(24)
         self.readers = {name: secrets.token_urlsafe(24) for name in readers}
         self.jobs = {job: secrets.token_urlsafe(24) for job in JOBS}
-        self.port = _free_port()
+        support_importable()
+        from support.ports import free_port
+
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.catalog_uri = f"{self.url}/iceberg"
         self._cluster: Any = None
@@ -137,8 +134,9 @@ class Lakehouse:
         if self.store_kind == "sqlite":
             return f"sqlite:///{(self.workdir / 'store.db').resolve()}"
         from _crash_pg import PgCluster
+        from support.ports import free_port
 
-        self._cluster = PgCluster.create(_free_port())
+        self._cluster = PgCluster.create(free_port())
         return str(self._cluster.create_database("lockstep"))
 
     def _spawn(

@@ -14,3 +14,12 @@ def import_installed_lockstep() -> None:
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != tools.parent]
     if str(tools) not in sys.path:
         sys.path.insert(0, str(tools))
+
+
+def support_importable() -> None:
+    """Make the support package the tests, benchmarks and tools share (``tests/support``:
+    ports, the service, PostgreSQL databases) importable, ``tests/`` after the installed
+    packages; call it before a lazy ``from support... import``."""
+    tests = Path(__file__).resolve().parent.parent / "tests"
+    if str(tests) not in sys.path:
+        sys.path.append(str(tests))

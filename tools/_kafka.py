@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType, TracebackType
 
+from _installed import support_importable
 from _processes import java_major
 
 from lockstep.barrier.jars import MavenArtifact, cache_dir, fetch_artifact
@@ -277,12 +278,6 @@ def cluster_id() -> str:
             return found
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def metadata_lists_a_broker(host: str, port: int) -> bool:
     """Does ``host:port`` answer a Metadata request (v1, no topics) listing a broker? The
     broker's port accepts only once the node is unfenced, and then it serves at once."""
@@ -351,13 +346,16 @@ class KafkaBroker:
         java = self.java or java_command()
         libs = self.libs or kafka_libs()
         deadline = time.monotonic() + self.timeout_s
-        self.port = port or _free_port()
+        support_importable()
+        from support.ports import free_port
+
+        self.port = port or free_port()
         self.folder = Path(tempfile.mkdtemp(prefix="lockstep-kafka-"))
         try:
             config = self.folder / "server.properties"
-            controller_port = _free_port()
+            controller_port = free_port()
             while controller_port == self.port:  # the same free port twice: ask again
-                controller_port = _free_port()
+                controller_port = free_port()
             settings = server_properties(self.port, controller_port, self.folder / "data")
             config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
             (self.folder / "log4j2.yaml").write_text(LOG4J2_YAML)

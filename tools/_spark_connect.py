@@ -14,7 +14,6 @@ import contextlib
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from _installed import support_importable
 from _processes import stop_group
 from _reaper import watch_group
 
@@ -46,15 +46,12 @@ def connect_supported() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class ConnectServer:
     def __init__(self, port: int | None = None, *, cores: int = 2) -> None:
-        self.port = port or _free_port()
+        support_importable()
+        from support.ports import free_port
+
+        self.port = port or free_port()
         self.token = secrets.token_hex(16)
         self.cores = cores
         self.folder = Path(tempfile.mkdtemp(prefix="lockstep-connect-"))

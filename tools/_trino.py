@@ -27,7 +27,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -41,6 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from _installed import support_importable
 from _processes import java_major
 
 VERSION = "476"
@@ -201,12 +201,6 @@ def iceberg_rest_catalog(uri: str, token: str, warehouse: str | None = None) -> 
     return properties
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class TrinoServer:
     """``bin/launcher run`` of ``install`` under ``java_home``, its configuration, data and
     log in ``workdir``; ready on entering (a query answered), stopped on leaving.
@@ -226,7 +220,10 @@ class TrinoServer:
         self.java_home = java_home
         self.workdir = workdir
         self.timeout_s = timeout_s
-        self.port = _free_port()
+        support_importable()
+        from support.ports import free_port
+
+        self.port = free_port()
         self.log = workdir / "trino.log"
         self._process: subprocess.Popen[bytes] | None = None
 
