@@ -42,12 +42,10 @@ class Scene:
         return f"{self.service.uri}/v1{path}"
 
     def pointers(self) -> dict[str, str]:
-        from lockstep.service.iceberg import storage
         from lockstep.service.iceberg.names import TableName
 
         names = [TableName((NS,), t) for t in ("orders", "totals", "scratch")]
-        with storage.reading(self.service.store.engine) as session:
-            found = storage.pointers(session, names)
+        found = self.service.store.catalog_store().read(lambda s: s.pointers("table", names))
         return {t.name: location for t, location in found.items()}
 
     def sentinels(self) -> dict[str, str]:

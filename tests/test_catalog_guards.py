@@ -45,15 +45,13 @@ def test_a_purge_deletes_nothing_outside_the_warehouse(scene: Scene) -> None:
     or by hand) loses only its files under the warehouse."""
     from pyiceberg.table.statistics import PartitionStatisticsFile, StatisticsFile
 
-    from lockstep.service.iceberg import storage
     from lockstep.service.iceberg.config import IcebergSettings
     from lockstep.service.iceberg.files import TableFiles
     from lockstep.service.iceberg.names import TableName
 
     service = scene.service
     served = TableName((NS,), "scratch")
-    with storage.reading(service.store.engine) as session:
-        location = storage.pointer(session, served)
+    location = service.store.catalog_store().read(lambda s: s.pointer("table", served))
     assert location is not None
     files = TableFiles(IcebergSettings(warehouse=f"file://{service.warehouse}"))
     metadata = files.read(location)
@@ -79,8 +77,9 @@ def test_a_purge_deletes_nothing_outside_the_warehouse(scene: Scene) -> None:
         }
     )
     forged_location = files.write_next(forged, location)  # by hand, past every check
-    with storage.writing(service.store.engine) as session:
-        assert storage.swap_pointer(session, served, location, forged_location, now())
+    assert service.store.catalog_store().write(
+        lambda s: s.swap_pointer("table", served, location, forged_location, now())
+    )
     data_dir = service.warehouse / NS / "scratch" / "data"
     assert any(data_dir.iterdir())
     dropped = send("DELETE", scene.url(f"/namespaces/{NS}/tables/scratch?purgeRequested=true"))

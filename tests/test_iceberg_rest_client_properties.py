@@ -156,19 +156,18 @@ def test_a_table_from_before_the_rule_is_served_without_them(
     """``scratch`` given ``py-io-impl`` and ``s3.endpoint`` by hand (as the rule's absence
     let a job do): a stock reader loads it without them and runs nothing; a commit's answer
     leaves them out too, the table stays writable, and its owner can remove them."""
-    from lockstep.service.iceberg import storage
     from lockstep.service.iceberg.names import TableName
 
     served, files = TableName((NS,), "scratch"), _files(scene)
-    with storage.reading(scene.service.store.engine) as session:
-        location = storage.pointer(session, served)
+    location = scene.service.store.catalog_store().read(lambda s: s.pointer("table", served))
     assert location is not None
     metadata = files.read(location)
     planted = {**READER_CODE, "s3.endpoint": "http://attacker.invalid"}
     properties = {**metadata.properties, **planted}
     forged = files.write_next(metadata.model_copy(update={"properties": properties}), location)
-    with storage.writing(scene.service.store.engine) as session:
-        assert storage.swap_pointer(session, served, location, forged, datetime.now(timezone.utc))
+    assert scene.service.store.catalog_store().write(
+        lambda s: s.swap_pointer("table", served, location, forged, datetime.now(timezone.utc))
+    )
 
     READER_CALLS.clear()
     with caplog.at_level(logging.WARNING, logger="lockstep.service.iceberg"):
@@ -186,8 +185,9 @@ def test_a_table_from_before_the_rule_is_served_without_them(
         "updates": [{"action": "remove-properties", "removals": [*planted]}],
     }
     assert send("POST", scene.url(f"{TABLES}/scratch"), ADMIN_TOKEN, body).status_code == 200
-    with storage.reading(scene.service.store.engine) as session:
-        cleaned = files.read(storage.pointer(session, served) or "")
+    cleaned = files.read(
+        scene.service.store.catalog_store().read(lambda s: s.pointer("table", served)) or ""
+    )
     assert not planted.keys() & cleaned.properties.keys()
 
 

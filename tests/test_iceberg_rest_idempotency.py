@@ -315,7 +315,7 @@ def test_the_server_keeps_idle_connections_longer_than_its_clients() -> None:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store_engine(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+def catalog_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
     from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
     url = (
@@ -324,37 +324,37 @@ def store_engine(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any
         else f"sqlite:///{tmp_path / 'keys.db'}"
     )
     store = SqlMetadataStore.open(url)
-    yield store.engine
+    yield store.catalog_store()
     store.close()
 
 
-def test_two_first_claims_of_a_key_never_both_run(store_engine: Any) -> None:
+def test_two_first_claims_of_a_key_never_both_run(catalog_store: Any) -> None:
     """Two replicas claiming a new key at once: the second waits for the first's transaction
-    (SQLite's write lock, PostgreSQL's primary key) and does not run it too."""
+    (SQLite's write lock, PostgreSQL's primary key: the store's retry runs the loser's claim
+    again) and does not run it too."""
     from datetime import datetime, timedelta, timezone
 
-    from lockstep.service.iceberg import idempotency_storage as records
-    from lockstep.service.iceberg.storage import writing
+    from lockstep.meta_tables.store.catalog import Attempt, Claim
 
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
     key = _key()
-    first, second = (records.Attempt("c", key, "r", owner * 32) for owner in "ab")
+    first, second = (Attempt("c", key, "r", owner * 32) for owner in "ab")
     found: dict[str, object] = {}
 
     def claim_second() -> None:
-        try:
-            with writing(store_engine) as session:
-                found["b"] = records.claim(session, second, now, now, now + timedelta(hours=1))
-        except records.ClaimRaced:
-            found["b"] = "raced"
+        found["b"] = catalog_store.write(
+            lambda s: s.claim_key(second, now, now, now + timedelta(hours=1))
+        )
 
-    with writing(store_engine) as session:
+    def claim_first(session: Any) -> None:
         lease = now + timedelta(seconds=30)
-        found["a"] = records.claim(session, first, now, lease, now + timedelta(hours=1))
-        racing = threading.Thread(target=claim_second)
+        found["a"] = session.claim_key(first, now, lease, now + timedelta(hours=1))
         racing.start()
         racing.join(1.0)  # blocked until this transaction ends
         assert racing.is_alive()
+
+    racing = threading.Thread(target=claim_second)
+    catalog_store.write(claim_first)
     racing.join(30)
-    assert found["a"] == records.Claim("run")
-    assert found["b"] in ("raced", records.Claim("wait"))
+    assert found["a"] == Claim("run")
+    assert found["b"] == Claim("wait")

@@ -64,7 +64,7 @@ def served(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
         url = f"sqlite:///{tmp_path / 's.db'}"
     store = SqlMetadataStore.open(url)
     files = TableFiles(IcebergSettings(warehouse=f"file://{tmp_path / 'warehouse'}"))
-    catalog = ServedCatalog(store.engine, files, store.now)
+    catalog = ServedCatalog(store.catalog_store(), files, store.now)
     from lockstep.service.iceberg.ownership import LOCAL_ADMIN
 
     catalog.create_namespace(("shop",), {}, LOCAL_ADMIN)
@@ -90,16 +90,15 @@ def _stamp(table: Any, value: str) -> Any:
 
 
 def test_a_pointer_moved_after_staging_refuses_the_swap_of_every_table(served: Any) -> None:
-    from lockstep.service.iceberg import commit, storage
+    from lockstep.service.iceberg import commit
     from lockstep.service.iceberg.names import TableName
 
     one, two = TableName(("shop",), "one"), TableName(("shop",), "two")
-    with storage.reading(served.engine) as session:
-        bases = storage.pointers(session, [one, two])
+    bases = served.store.read(lambda s: s.pointers("table", [one, two]))
     staged = [commit.stage(served.files, _stamp(t, "late"), bases[t]) for t in (one, two)]
     served.commit([_stamp(two, "first")], _admin())  # another commit moves `two` meanwhile
-    with pytest.raises(commit._Moved), storage.writing(served.engine) as session:
-        commit.swap(session, staged, datetime.now(timezone.utc))
+    with pytest.raises(commit._Moved):
+        served.store.write(lambda s: commit.swap(s, staged, datetime.now(timezone.utc)))
     assert served.load_table(one).metadata_location == bases[one]  # rolled back with `two`
     assert served.load_table(two).metadata.properties["stamp"] == "first"
 

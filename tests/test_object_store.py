@@ -346,13 +346,11 @@ def _forge_statistics(s3: Any, service: CatalogService, table: str, paths: list[
     from pyiceberg.table.metadata import MetadataLogEntry
     from pyiceberg.table.statistics import StatisticsFile
 
-    from lockstep.service.iceberg import storage
     from lockstep.service.iceberg.names import TableName
 
     namespace, name = table.split(".")
     served = TableName((namespace,), name)
-    with storage.reading(service.store.engine) as session:
-        location = storage.pointer(session, served)
+    location = service.store.catalog_store().read(lambda s: s.pointer("table", served))
     assert location is not None
     files = TableFiles(IcebergSettings(warehouse=WAREHOUSE, io=server_io(s3)))
     metadata = files.read(location)
@@ -372,8 +370,9 @@ def _forge_statistics(s3: Any, service: CatalogService, table: str, paths: list[
     log = [*metadata.metadata_log, previous]  # as a commit makes it
     update = {"statistics": statistics, "metadata_log": log}
     forged = files.write_next(metadata.model_copy(update=update), location)
-    with storage.writing(service.store.engine) as session:
-        assert storage.swap_pointer(session, served, location, forged, service.store.now())
+    assert service.store.catalog_store().write(
+        lambda s: s.swap_pointer("table", served, location, forged, service.store.now())
+    )
 
 
 @pytest.mark.slow

@@ -268,7 +268,7 @@ def _catalog_routes(service: CatalogService) -> list[tuple[str, str, str]]:
 
     settings = ServiceSettings.load(service.warehouse.parent / "service.toml").iceberg
     assert settings is not None
-    catalog = ServedCatalog(service.store.engine, TableFiles(settings), service.store.now)
+    catalog = ServedCatalog(service.store.catalog_store(), TableFiles(settings), service.store.now)
     views = PinnedViews(service.store, catalog, atomic=False)
     router = build_router(catalog, views, RunViews(catalog, views.files), Vending(catalog, None))
     runs = APIRouter()

@@ -36,12 +36,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metr
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
-from sqlalchemy.orm import Session
 
 from lockstep.barrier.issuer import BarrierIssuer
 from lockstep.meta_tables.store.base import MetadataStore
-from lockstep.meta_tables.store.sql.gauges import PipelineGauges, read_gauges
-from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.service.auth import Tokens, grant_of
 from lockstep.service.deps import bearer, unknown_token
 from lockstep.service.group_commit import GroupCommit
@@ -160,8 +157,9 @@ def add_metrics(app: FastAPI, store: MetadataStore, *, token: str | None = None)
     registry = CollectorRegistry()
     replica = ReplicaFacts()
     metrics = RequestMetrics(registry)
-    if isinstance(store, SqlMetadataStore):
-        registry.register(PipelineCollector(_gauge_reader(store), replica))
+    persistence = store.catalog_store()
+    if persistence is not None:
+        registry.register(PipelineCollector(persistence.pipeline_gauges, replica))
     else:  # the service runs over a SQL store; another store has no gauges to read cheaply
         log.warning("metrics: %s has no gauges; /metrics serves request metrics only", store)
     app.add_middleware(CountRequests, metrics=metrics, replica=replica)
@@ -239,11 +237,3 @@ def watch_group_commit(app: FastAPI, groups: GroupCommit) -> None:
     """``lockstep_group_commit_writes_total`` and ``_calls_total``: the protocol's calls, and
     the store writes they were grouped into (their ratio is the mean group's size)."""
     app.state.metrics_registry.register(_GroupCommitCounts(groups))
-
-
-def _gauge_reader(store: SqlMetadataStore) -> Callable[[], PipelineGauges]:
-    def read() -> PipelineGauges:
-        with Session(store.engine) as session, session.begin():
-            return read_gauges(session, store.now())
-
-    return read

@@ -38,6 +38,7 @@ from lockstep.topology.model import JobSpec
 
 if TYPE_CHECKING:
     from lockstep.meta_tables.pushdown import Restriction
+    from lockstep.meta_tables.store.catalog import CatalogStore
 
 
 class MetadataStore(abc.ABC):
@@ -359,6 +360,12 @@ class MetadataStore(abc.ABC):
     def now(self) -> datetime:
         """The store's clock (UTC); views compute freshness against it."""
         return datetime.now(timezone.utc)
+
+    def catalog_store(self) -> CatalogStore | None:
+        """The served Iceberg catalog's persistence in this store (``catalog.py``), None for
+        a store that keeps none: the catalog is served next to the SQL store, and a remote
+        client reaches it over its own REST routes."""
+        return None
 
     def close(self) -> None:
         """Release connections."""

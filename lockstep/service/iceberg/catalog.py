@@ -1,7 +1,8 @@
 """The served catalog's operations: namespaces, tables, commits (HTTP-free).
 
-Each operation is one short transaction on the store (``storage``) plus the metadata files
-it reads or writes (``files``); commits are ``commit.commit``. Errors are the catalog's own
+Each operation is one short transaction of the store's catalog port (``CatalogStore``:
+``meta_tables/store/catalog.py``) plus the metadata files it reads or writes (``files``);
+commits are ``commit.commit``. Errors are the catalog's own
 (``errors``), which the routes turn into the Iceberg error model.
 """
 
@@ -16,14 +17,15 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
-from sqlalchemy import Engine
 
 from lockstep.errors import InvalidRequestError
-from lockstep.service.iceberg import client_properties, consistency, ownership, paths, storage
+from lockstep.meta_tables.store.catalog import CatalogSession, CatalogStore
+from lockstep.service.iceberg import client_properties, consistency, ownership, paths
 from lockstep.service.iceberg.commit import Staged, TableChange, check_format_version, commit
 from lockstep.service.iceberg.errors import (
     IcebergTableExistsError,
     MetadataFileError,
+    NamespaceExistsError,
     NamespaceNotEmptyError,
     NoSuchIcebergTableError,
     NoSuchNamespaceError,
@@ -66,10 +68,12 @@ class NewTable:
 
 
 class ServedCatalog:
-    """The served catalog over the store's ``engine`` and the warehouse's ``files``."""
+    """The served catalog over the store's catalog port and the warehouse's ``files``."""
 
-    def __init__(self, engine: Engine, files: TableFiles, clock: Callable[[], datetime]) -> None:
-        self.engine = engine
+    def __init__(
+        self, store: CatalogStore, files: TableFiles, clock: Callable[[], datetime]
+    ) -> None:
+        self.store = store
         self.files = files
         self.clock = clock
 
@@ -78,8 +82,7 @@ class ServedCatalog:
     def list_namespaces(self, parent: Namespace = ()) -> list[Namespace]:
         """The namespaces one level under ``parent`` (the top level for ``()``), including
         levels that exist only as the parent of a deeper namespace."""
-        with storage.reading(self.engine) as session:
-            known = storage.namespaces(session)
+        known = self.store.read(lambda s: s.namespaces())
         if parent and not any(ns[: len(parent)] == parent for ns in known):
             raise NoSuchNamespaceError(parent)
         depth = len(parent) + 1
@@ -91,14 +94,17 @@ class ServedCatalog:
         self, namespace: Namespace, properties: Properties, principal: Principal
     ) -> Properties:
         self._check_location_property(properties)
-        with storage.writing(self.engine) as session:
-            ownership.authorize_namespace(session, principal.caller, namespace)
-            storage.create_namespace(session, namespace, properties, self.clock())
+
+        def create(s: CatalogSession) -> None:
+            ownership.authorize_namespace(s, principal.caller, namespace)
+            if not s.create_namespace(namespace, properties, self.clock()):
+                raise NamespaceExistsError(namespace)
+
+        self.store.write(create)
         return properties
 
     def namespace_properties(self, namespace: Namespace) -> Properties:
-        with storage.reading(self.engine) as session:
-            found = storage.namespace_properties(session, namespace)
+        found = self.store.read(lambda s: s.namespace_properties(namespace))
         if found is None:
             raise NoSuchNamespaceError(namespace)
         return found
@@ -112,30 +118,33 @@ class ServedCatalog:
                 f"properties both removed and updated: {', '.join(both)}; do one or the other"
             )
         self._check_location_property(updates)
-        with storage.writing(self.engine) as session:
-            current = storage.namespace_properties(session, namespace)
+
+        def update(s: CatalogSession) -> PropertyChanges:
+            current = s.namespace_properties(namespace)
             if current is None:
                 raise NoSuchNamespaceError(namespace)
             removed = sorted(k for k in set(removals) if k in current)
             missing = sorted(k for k in set(removals) if k not in current)
             changed = {k: v for k, v in current.items() if k not in removals} | updates
-            storage.set_namespace_properties(session, namespace, changed)
-        return PropertyChanges(updated=sorted(updates), removed=removed, missing=missing)
+            s.set_namespace_properties(namespace, changed)
+            return PropertyChanges(updated=sorted(updates), removed=removed, missing=missing)
+
+        return self.store.write(update)
 
     def drop_namespace(self, namespace: Namespace) -> None:
-        with storage.writing(self.engine) as session:
-            if storage.namespace_properties(session, namespace) is None:
+        def drop(s: CatalogSession) -> None:
+            if s.namespace_properties(namespace) is None:
                 raise NoSuchNamespaceError(namespace)
-            tables = storage.table_names(session, namespace)
+            tables = s.names("table", namespace)
             if tables:
                 raise NamespaceNotEmptyError(namespace, f"tables {', '.join(tables)}")
-            children = [
-                ns for ns in storage.namespaces(session) if ns[: len(namespace)] == namespace
-            ]
+            children = [ns for ns in s.namespaces() if ns[: len(namespace)] == namespace]
             if len(children) > 1:
                 nested = ", ".join(".".join(ns) for ns in children if ns != namespace)
                 raise NamespaceNotEmptyError(namespace, f"namespaces {nested}")
-            storage.drop_namespace(session, namespace)
+            s.drop_namespace(namespace)
+
+        self.store.write(drop)
 
     def _check_location_property(self, properties: Properties) -> None:
         if LOCATION_PROPERTY in properties:
@@ -144,21 +153,25 @@ class ServedCatalog:
     # -- tables ----------------------------------------------------------------------------
 
     def list_tables(self, namespace: Namespace) -> list[TableName]:
-        with storage.reading(self.engine) as session:
-            if storage.namespace_properties(session, namespace) is None:
+        def listing(s: CatalogSession) -> list[TableName]:
+            if s.namespace_properties(namespace) is None:
                 raise NoSuchNamespaceError(namespace)
-            return [TableName(namespace, n) for n in storage.table_names(session, namespace)]
+            return [TableName(namespace, n) for n in s.names("table", namespace)]
+
+        return self.store.read(listing)
 
     def table_exists(self, table: TableName) -> bool:
-        with storage.reading(self.engine) as session:
-            return storage.pointer(session, table) is not None
+        return self.store.read(lambda s: s.pointer("table", table)) is not None
 
     def load_table(self, table: TableName) -> LoadedTable:
         """The table as of its pointer, with its ``lockstep_b<N>`` tags (``consistency``),
         read in the same transaction."""
-        with storage.reading(self.engine) as session:
-            location = storage.pointer(session, table)
-            written = consistency.written_snapshots(session, table) if location else {}
+
+        def read(s: CatalogSession) -> tuple[str | None, dict[int, int]]:
+            location = s.pointer("table", table)
+            return location, consistency.written_snapshots(s, table) if location else {}
+
+        location, written = self.store.read(read)
         if location is None:
             raise NoSuchIcebergTableError(table.namespace, table.name)
         metadata = consistency.with_barrier_tags(self.files.read(location), written)
@@ -171,12 +184,14 @@ class ServedCatalog:
         only the metadata it would start from: the client commits it later with an
         ``assert-create`` requirement (a create transaction, checked again then)."""
         table = new.table
-        with storage.reading(self.engine) as session:
-            namespace = storage.namespace_properties(session, table.namespace)
-            exists = storage.pointer(session, table) is not None or storage.view_named(
-                session, table
-            )
-            ownership.authorize(session, principal, table, "create")
+
+        def look(s: CatalogSession) -> tuple[Properties | None, bool]:
+            namespace = s.namespace_properties(table.namespace)
+            exists = s.name_taken(table)
+            ownership.authorize(s, principal, table, "create")
+            return namespace, exists
+
+        namespace, exists = self.store.read(look)
         if namespace is None:
             raise NoSuchNamespaceError(table.namespace)
         if exists:
@@ -200,12 +215,16 @@ class ServedCatalog:
         if stage_only:
             return LoadedTable(metadata, None)
         metadata_location = self.files.write_next(metadata, None)
+
+        def insert(s: CatalogSession) -> None:
+            if s.namespace_properties(table.namespace) is None:
+                raise NoSuchNamespaceError(table.namespace)
+            ownership.authorize(s, principal, table, "create")
+            if not s.insert_pointer("table", table, metadata_location, self.clock()):
+                raise IcebergTableExistsError(table.namespace, table.name)
+
         try:
-            with storage.writing(self.engine) as session:
-                if storage.namespace_properties(session, table.namespace) is None:
-                    raise NoSuchNamespaceError(table.namespace)
-                ownership.authorize(session, principal, table, "create")
-                storage.insert_pointer(session, table, metadata_location, self.clock())
+            self.store.write(insert)
         except BaseException:
             self.files.forget(metadata_location)
             raise
@@ -224,17 +243,21 @@ class ServedCatalog:
                 f"({type(e).__name__})"
             ) from e
         self._check_metadata(metadata, f"register of {table}")
-        with storage.writing(self.engine) as session:
-            ownership.authorize(session, principal, table, "register")
-            if storage.namespace_properties(session, table.namespace) is None:
+
+        def register(s: CatalogSession) -> None:
+            ownership.authorize(s, principal, table, "register")
+            if s.namespace_properties(table.namespace) is None:
                 raise NoSuchNamespaceError(table.namespace)
-            current = storage.pointer(session, table)
+            current = s.pointer("table", table)
             if current is None:
-                storage.insert_pointer(session, table, metadata_location, self.clock())
+                if not s.insert_pointer("table", table, metadata_location, self.clock()):
+                    raise IcebergTableExistsError(table.namespace, table.name)
             elif overwrite:
-                storage.swap_pointer(session, table, current, metadata_location, self.clock())
+                s.swap_pointer("table", table, current, metadata_location, self.clock())
             else:
                 raise IcebergTableExistsError(table.namespace, table.name)
+
+        self.store.write(register)
         return LoadedTable(metadata, metadata_location)
 
     def _check_metadata(self, metadata: TableMetadata, where: str) -> None:
@@ -248,34 +271,36 @@ class ServedCatalog:
         """Forget ``table``; with ``purge`` also delete its files under the warehouse (after
         the pointer is gone, so no reader is handed files being deleted). Returns the files
         the purge skipped as outside the warehouse."""
-        with storage.writing(self.engine) as session:
-            if storage.pointer(session, table) is not None:
-                ownership.authorize(session, principal, table, "drop")
-            location = storage.delete_pointer(session, table)
+
+        def drop(s: CatalogSession) -> str | None:
+            if s.pointer("table", table) is not None:
+                ownership.authorize(s, principal, table, "drop")
+            return s.delete_pointer("table", table)
+
+        location = self.store.write(drop)
         if location is None:
             raise NoSuchIcebergTableError(table.namespace, table.name)
         return self.files.purge(location) if purge else []
 
     def rename_table(self, source: TableName, destination: TableName, principal: Principal) -> None:
-        with storage.writing(self.engine) as session:
-            if storage.pointer(session, source) is None:
+        def rename(s: CatalogSession) -> None:
+            if s.pointer("table", source) is None:
                 raise NoSuchIcebergTableError(source.namespace, source.name)
-            ownership.authorize(session, principal, source, "rename")
-            ownership.authorize(session, principal, destination, "rename")
-            if storage.namespace_properties(session, destination.namespace) is None:
+            ownership.authorize(s, principal, source, "rename")
+            ownership.authorize(s, principal, destination, "rename")
+            if s.namespace_properties(destination.namespace) is None:
                 raise NoSuchNamespaceError(destination.namespace)
-            if storage.pointer(session, destination) is not None or storage.view_named(
-                session, destination
-            ):
+            if s.name_taken(destination):
                 raise IcebergTableExistsError(destination.namespace, destination.name)
-            storage.rename_pointer(session, source, destination)
+            s.rename_pointer("table", source, destination)
+
+        self.store.write(rename)
 
     def check_claims(self, principal: Principal) -> None:
         """Refuse ``principal`` if its headers claim what is not so (``ownership``)."""
-        with storage.reading(self.engine) as session:
-            ownership.check_claims(session, principal)
+        self.store.read(lambda s: ownership.check_claims(s, principal))
 
     def commit(self, changes: Sequence[TableChange], principal: Principal) -> list[Staged]:
         """Apply the changes of one or more tables atomically (see ``commit``), checked
         (``ownership``) and stamped (``stamp``) for ``principal``."""
-        return commit(self.engine, self.files, changes, self.clock, principal)
+        return commit(self.store, self.files, changes, self.clock, principal)

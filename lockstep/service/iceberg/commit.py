@@ -20,6 +20,7 @@ ownership rules inside the pointer swap's transaction (``ownership``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,14 +38,12 @@ from pyiceberg.table.update import (
     UpgradeFormatVersionUpdate,
     update_table_metadata,
 )
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session
 
 from lockstep.errors import InvalidRequestError
-from lockstep.service.iceberg import client_properties, ownership, paths, stamp, storage
+from lockstep.meta_tables.store.catalog import CatalogSession, CatalogStore
+from lockstep.service.iceberg import client_properties, ownership, paths, stamp
 from lockstep.service.iceberg.errors import (
     CommitConflictError,
-    IcebergTableExistsError,
     NoSuchIcebergTableError,
     NoSuchNamespaceError,
 )
@@ -84,7 +83,7 @@ class _Moved(Exception):
 
 
 def commit(
-    engine: Engine,
+    store: CatalogStore,
     files: TableFiles,
     changes: Sequence[TableChange],
     clock: Callable[[], datetime],
@@ -96,9 +95,9 @@ def commit(
     if len(set(seen)) != len(seen):
         raise InvalidRequestError("a commit changes each table once: merge the changes of a table")
     for _attempt in range(ATTEMPTS):
-        with storage.reading(engine) as session:
-            bases = storage.pointers(session, seen)
-            stamps = stamp.stamps(session, principal.committer, seen)
+        bases, stamps = store.read(
+            lambda s: (s.pointers("table", seen), stamp.stamps(s, principal.committer, seen))
+        )
         staged: list[Staged] = []
         try:
             for change in changes:
@@ -108,14 +107,15 @@ def commit(
                         change.table, change.requirements, stamp.stamped(change.updates, entries)
                     )
                 staged.append(stage(files, change, bases.get(change.table)))
-            with storage.writing(engine) as session:
-                checked = [
-                    ownership.Change(s.table, s.base, c.updates)
-                    for s, c in zip(staged, changes, strict=True)
-                ]
-                now = clock()
-                ownership.authorize_commit(session, principal, checked, now)
-                swap(session, staged, now)
+            checked = [
+                ownership.Change(s.table, s.base, c.updates)
+                for s, c in zip(staged, changes, strict=True)
+            ]
+            store.write(
+                functools.partial(
+                    _land, principal=principal, checked=checked, staged=staged, clock=clock
+                )
+            )
             return staged
         except _Moved:
             _forget(files, staged)
@@ -220,19 +220,30 @@ def _validate(requirement: TableRequirement, base: TableMetadata | None) -> None
     requirement.validate(base)
 
 
-def swap(session: Session, staged: Sequence[Staged], now: datetime) -> None:
+def _land(
+    session: CatalogSession,
+    principal: ownership.Principal,
+    checked: Sequence[ownership.Change],
+    staged: Sequence[Staged],
+    clock: Callable[[], datetime],
+) -> None:
+    """The commit's write transaction: the rules checked, then every pointer swapped."""
+    now = clock()
+    ownership.authorize_commit(session, principal, checked, now)
+    swap(session, staged, now)
+
+
+def swap(session: CatalogSession, staged: Sequence[Staged], now: datetime) -> None:
     """Point every table at its staged metadata, in the caller's transaction (tables in
     name order, so two commits of the same tables never wait on each other in a cycle)."""
     for change in sorted(staged, key=lambda s: s.table):
         table = change.table
         if change.base_location is None:
-            if storage.namespace_properties(session, table.namespace) is None:
+            if session.namespace_properties(table.namespace) is None:
                 raise NoSuchNamespaceError(table.namespace)
-            try:
-                storage.insert_pointer(session, table, change.location, now)
-            except IcebergTableExistsError as e:
-                raise _Moved from e
-        elif not storage.swap_pointer(session, table, change.base_location, change.location, now):
+            if not session.insert_pointer("table", table, change.location, now):
+                raise _Moved
+        elif not session.swap_pointer("table", table, change.base_location, change.location, now):
             raise _Moved
 
 

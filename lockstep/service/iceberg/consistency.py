@@ -25,12 +25,10 @@ from __future__ import annotations
 
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRef, SnapshotRefType
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
 from lockstep.barrier.model import VersionState
 from lockstep.errors import InvalidRequestError
-from lockstep.meta_tables.store.sql.schema import RetentionRow, TableVersionRow
+from lockstep.meta_tables.store.catalog import CatalogSession
 from lockstep.service.iceberg.names import TableName
 from lockstep.service.iceberg.ownership import owned
 
@@ -43,25 +41,13 @@ def barrier_tag(barrier_id: int) -> str:
     return f"{TAG_PREFIX}{barrier_id}"
 
 
-def written_snapshots(session: Session, table: TableName) -> dict[int, int]:
+def written_snapshots(session: CatalogSession, table: TableName) -> dict[int, int]:
     """Barrier -> snapshot of every version of ``table`` WRITTEN and retained (empty for a
     table that is not Lockstep's)."""
     found = owned(session, table)
     if found is None:
         return {}
-    name = found.name
-    keep_from = select(func.coalesce(func.max(RetentionRow.keep_from), 0)).where(
-        RetentionRow.table_name == name
-    )
-    rows = session.execute(
-        select(TableVersionRow.barrier_id, TableVersionRow.snapshot_id).where(
-            TableVersionRow.table_name == name,
-            TableVersionRow.state == WRITTEN,
-            TableVersionRow.snapshot_id.is_not(None),
-            TableVersionRow.barrier_id >= keep_from.scalar_subquery(),
-        )
-    ).all()
-    return {int(barrier): int(snapshot) for barrier, snapshot in rows if snapshot is not None}
+    return dict(session.retained_versions(found.name, written=True))
 
 
 class BarrierNotWrittenError(InvalidRequestError):
@@ -77,7 +63,9 @@ class BarrierNotWrittenError(InvalidRequestError):
         self.barrier_id = barrier_id
 
 
-def snapshot_at(session: Session, table: TableName, barrier_id: int) -> tuple[bool, int | None]:
+def snapshot_at(
+    session: CatalogSession, table: TableName, barrier_id: int
+) -> tuple[bool, int | None]:
     """Whether ``table`` is Lockstep's, and if so its snapshot at ``barrier_id`` (None: the
     table was empty then). BarrierNotWrittenError if it has not WRITTEN that barrier, or
     expiration has passed it."""
@@ -85,23 +73,17 @@ def snapshot_at(session: Session, table: TableName, barrier_id: int) -> tuple[bo
     if found is None:
         return False, None
     name = found.name
-    row = session.get(TableVersionRow, (name, barrier_id))
-    kept_from = session.scalar(
-        select(RetentionRow.keep_from).where(RetentionRow.table_name == name)
-    )
+    row = session.version(name, barrier_id)
+    kept_from = session.kept_from(name)
     if kept_from is not None and barrier_id < kept_from:
         reason = f"its versions before barrier {kept_from} are expired"
         raise BarrierNotWrittenError(table, barrier_id, reason)
     if row is None or row.state != WRITTEN:
-        newest = session.scalar(
-            select(func.max(TableVersionRow.barrier_id)).where(
-                TableVersionRow.table_name == name, TableVersionRow.state == WRITTEN
-            )
-        )
+        newest = session.newest_written(name)
         state = "not processed" if row is None else f"{row.state}, not WRITTEN"
         written = "none yet" if newest is None else f"the newest is {newest}"
         raise BarrierNotWrittenError(table, barrier_id, f"that barrier is {state} ({written})")
-    return True, None if row.snapshot_id is None else int(row.snapshot_id)
+    return True, row.snapshot_id
 
 
 def with_barrier_tags(metadata: TableMetadata, written: dict[int, int]) -> TableMetadata:

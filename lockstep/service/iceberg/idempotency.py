@@ -10,8 +10,9 @@ first attempt and gets the first attempt's answer, and nothing is applied again.
 
 :class:`IdempotentMutations` wraps the catalog's routes (inside the front door, so only
 known callers get this far, their bodies already within the size limit). For a ``POST`` or
-``DELETE`` carrying the header, in the store (``idempotency_storage``), scoped to the caller
-(the digest of its bearer token: a key never replays one caller's answer to another):
+``DELETE`` carrying the header, in the store (its catalog port's Idempotency-Key records:
+``meta_tables/store/sql/catalog/idempotency.py``), scoped to the caller (the digest of its
+bearer token: a key never replays one caller's answer to another):
 
 - the first request with the key runs; its answer is stored before the client sees it,
   when the spec finalizes it (2xx and the deterministic 4xx; never a 5xx, nor 408, 425 or
@@ -46,16 +47,13 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from anyio import to_thread
-from sqlalchemy import Engine
 
 from lockstep.errors import InvalidRequestError, LockstepError, ServiceBusyError
+from lockstep.meta_tables.store.catalog import Answer, Attempt, CatalogSession, CatalogStore, Claim
 from lockstep.service.deps import bearer
 from lockstep.service.guard import ASGIApp, Message, Receive, Scope, Send, read_body
-from lockstep.service.iceberg import idempotency_storage as records
 from lockstep.service.iceberg.errors import UnprocessableRequestError, iceberg_error_body
 from lockstep.service.iceberg.failure_log import log_error
-from lockstep.service.iceberg.idempotency_storage import Answer, Attempt, Claim
-from lockstep.service.iceberg.storage import reading, writing
 
 log = logging.getLogger("lockstep.service.iceberg")
 T = TypeVar("T")
@@ -195,13 +193,14 @@ def kept(answer: Answer) -> Answer:
 
 class IdempotentMutations:
     """ASGI middleware: the catalog's changes honour ``Idempotency-Key`` (module docstring),
-    their records in ``engine``'s store at ``clock``'s times, kept ``lifetime_s``."""
+    their records in ``store`` (the store's catalog port) at ``clock``'s times, kept
+    ``lifetime_s``."""
 
     def __init__(
-        self, app: ASGIApp, engine: Engine, clock: Callable[[], datetime], lifetime_s: int
+        self, app: ASGIApp, store: CatalogStore, clock: Callable[[], datetime], lifetime_s: int
     ) -> None:
         self.app = app
-        self.engine = engine
+        self.store = store
         self.clock = clock
         self.lifetime = timedelta(seconds=lifetime_s)
         self._forgotten_at = 0.0  # monotonic time of the last deletion of expired records
@@ -254,23 +253,20 @@ class IdempotentMutations:
         return claim
 
     def _claim_now(self, attempt: Attempt) -> Claim:
-        for _ in range(5):
+        """One claim, in one write transaction (another replica inserting the key first is
+        a conflict: the store runs the claim again, which then finds its record)."""
+
+        def claim(session: CatalogSession) -> Claim:
             now = self.clock()
-            try:
-                with writing(self.engine) as session:
-                    if time.monotonic() - self._forgotten_at >= FORGET_EVERY_S:
-                        self._forgotten_at = time.monotonic()
-                        records.forget_expired(session, now)
-                    return records.claim(
-                        session, attempt, now, now + LEASE, now + self.lifetime + GRACE
-                    )
-            except records.ClaimRaced:
-                continue  # another replica inserted the key first: look again
-        return Claim("wait")
+            if time.monotonic() - self._forgotten_at >= FORGET_EVERY_S:
+                self._forgotten_at = time.monotonic()
+                session.forget_expired_keys(now)
+            return session.claim_key(attempt, now, now + LEASE, now + self.lifetime + GRACE)
+
+        return self.store.write(claim)
 
     def _look(self, attempt: Attempt) -> Claim:
-        with reading(self.engine) as session:
-            return records.waiting_answer(session, attempt, self.clock())
+        return self.store.read(lambda s: s.waiting_answer(attempt, self.clock()))
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, attempt: Attempt) -> None:
         """Run the request holding the key; store its answer before anyone sees it."""
@@ -307,16 +303,13 @@ class IdempotentMutations:
                 log.warning("Idempotency-Key %s: lease not renewed: %s", attempt.key, error)
 
     def _renew_now(self, attempt: Attempt) -> None:
-        with writing(self.engine) as session:
-            records.renew(session, attempt, self.clock() + LEASE)
+        self.store.write(lambda s: s.renew_key(attempt, self.clock() + LEASE))
 
     def _finish(self, attempt: Attempt, answer: Answer) -> bool:
-        with writing(self.engine) as session:
-            return records.finish(session, attempt, answer)
+        return self.store.write(lambda s: s.finish_key(attempt, answer))
 
     def _release(self, attempt: Attempt) -> None:
-        with writing(self.engine) as session:
-            records.release(session, attempt)
+        self.store.write(lambda s: s.release_key(attempt))
 
     @staticmethod
     async def _in_thread(function: Callable[..., T], *args: Any) -> T:

@@ -27,7 +27,7 @@ from lockstep.service.iceberg.errors import error_body, iceberg_error_body
 from lockstep.service.iceberg.failure_log import log_error, log_failure
 
 if TYPE_CHECKING:
-    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
+    from lockstep.meta_tables.store.catalog import CatalogStore
     from lockstep.service.iceberg.catalog import ServedCatalog
     from lockstep.service.iceberg.pinned import PinnedViews
     from lockstep.service.iceberg.vending_routes import Vending
@@ -46,16 +46,16 @@ def mount_iceberg(
     max_leases_per_caller: int = 1_000,
 ) -> None:
     """Serve the Iceberg REST catalog of ``settings`` under ``/iceberg`` of ``app``, with
-    its pointers in ``store``'s database (which must be the SQL store); its views' leases
-    count against ``max_leases_per_caller`` with the caller's other leases."""
-    from lockstep.meta_tables.store.sql.store import SqlMetadataStore
-
-    if not isinstance(store, SqlMetadataStore):
+    its pointers in ``store``'s database (which must keep them: the SQL store's
+    ``catalog_store``); its views' leases count against ``max_leases_per_caller`` with the
+    caller's other leases."""
+    persistence = store.catalog_store()
+    if persistence is None:
         raise ConfigurationError(
             "the Iceberg REST catalog keeps its tables in the service's SQL store: serve "
             "it from a sqlite:/// or postgresql:// store"
         )
-    catalog = _served_catalog(store, settings)
+    catalog = _served_catalog(persistence, settings)
     if tokens is not None:  # and the run credentials they mint (run_credentials.py)
         from lockstep.service.iceberg.run_credentials import RunCredentials
 
@@ -73,7 +73,7 @@ def mount_iceberg(
 
     vendor = None if settings.vending is None else CredentialVendor(settings.vending)
     iceberg = create_iceberg_app(catalog, views, Vending(catalog, vendor), tokens=tokens)
-    routes = _idempotent(iceberg, store, settings.idempotency_key_lifetime_s)
+    routes = _idempotent(iceberg, persistence, settings.idempotency_key_lifetime_s)
     # added last, so outermost: /iceberg requests never reach the service's own front door
     app.add_middleware(
         IcebergMount,
@@ -83,7 +83,7 @@ def mount_iceberg(
     )
 
 
-def _idempotent(iceberg: FastAPI, store: SqlMetadataStore, lifetime_s: int) -> ASGIApp:
+def _idempotent(iceberg: FastAPI, store: CatalogStore, lifetime_s: int) -> ASGIApp:
     """The catalog's routes honouring ``Idempotency-Key`` for ``lifetime_s`` (0: not at all),
     behind the front door (known callers, bodies within the limit): ``idempotency``."""
     if not lifetime_s:
@@ -91,10 +91,10 @@ def _idempotent(iceberg: FastAPI, store: SqlMetadataStore, lifetime_s: int) -> A
     from lockstep.service.iceberg.idempotency import IdempotentMutations
 
     iceberg.state.idempotency_key_lifetime_s = lifetime_s  # GET /v1/config advertises it
-    return IdempotentMutations(iceberg, store.engine, store.now, lifetime_s)
+    return IdempotentMutations(iceberg, store, store.now, lifetime_s)
 
 
-def _served_catalog(store: SqlMetadataStore, settings: IcebergSettings) -> ServedCatalog:
+def _served_catalog(store: CatalogStore, settings: IcebergSettings) -> ServedCatalog:
     try:
         from lockstep.service.iceberg.catalog import ServedCatalog
         from lockstep.service.iceberg.files import TableFiles
@@ -103,7 +103,7 @@ def _served_catalog(store: SqlMetadataStore, settings: IcebergSettings) -> Serve
             f"the Iceberg REST catalog needs pyiceberg ({e.name} is missing): "
             "pip install 'lockstep[service]'"
         ) from e
-    return ServedCatalog(store.engine, TableFiles(settings), store.now)
+    return ServedCatalog(store, TableFiles(settings), store.now)
 
 
 def create_iceberg_app(

@@ -9,26 +9,30 @@ level or a table name becomes a folder of the table's default location, so it ma
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from lockstep.errors import InvalidRequestError
+from lockstep.meta_tables.store.catalog import (
+    SEPARATOR,
+    Namespace,
+    TableName,
+    loaded_namespace,
+    stored_namespace,
+)
 
-SEPARATOR = "\x1f"  # the REST spec's default namespace separator, and ours in the store
+__all__ = [
+    "SEPARATOR",
+    "Namespace",
+    "TableName",
+    "check_level",
+    "loaded_namespace",
+    "namespace_from_path",
+    "namespace_of",
+    "stored_namespace",
+    "table_name",
+]
+
 MAX_NAMESPACE_CHARS = 500  # the store's column sizes
 MAX_TABLE_CHARS = 200
-
-Namespace = tuple[str, ...]
-
-
-@dataclass(frozen=True, order=True)
-class TableName:
-    """A table of the served catalog: its namespace and its name."""
-
-    namespace: Namespace
-    name: str
-
-    def __str__(self) -> str:
-        return ".".join([*self.namespace, self.name])
 
 
 def check_level(level: str, what: str) -> str:
@@ -69,12 +73,3 @@ def table_name(namespace: Namespace, name: str) -> TableName:
             f"table name {name!r} is longer than {MAX_TABLE_CHARS} characters"
         )
     return TableName(namespace, name)
-
-
-def stored_namespace(namespace: Namespace) -> str:
-    """How the store keeps a namespace (levels joined by 0x1F)."""
-    return SEPARATOR.join(namespace)
-
-
-def loaded_namespace(stored: str) -> Namespace:
-    return tuple(stored.split(SEPARATOR))

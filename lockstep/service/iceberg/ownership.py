@@ -24,7 +24,6 @@ job token. Which token may reach which route at all is ``service/auth.py``.
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,13 +35,11 @@ from pyiceberg.table.update import (
     SetSnapshotRefUpdate,
     TableUpdate,
 )
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from lockstep.barrier.iceberg.catalog import JOB_HEADER, REVISION_HEADER, TOKEN_HEADER
 from lockstep.barrier.iceberg.naming import iceberg_parts, lockstep_names
 from lockstep.errors import FencedError, PermissionDeniedError
-from lockstep.meta_tables.store.sql.schema import JobRow, JobSinkRow, RevisionRow
+from lockstep.meta_tables.store.catalog import CatalogSession
 from lockstep.service.deps import LOCAL, Caller
 from lockstep.service.iceberg import retained
 from lockstep.service.iceberg.committer import NOBODY, Committer
@@ -167,24 +164,19 @@ class Owned:
     writer: str
 
 
-def owned(session: Session, table: TableName) -> Owned | None:
-    """``table`` as Lockstep's table, None if no registered job writes it."""
-    row = session.execute(
-        select(JobSinkRow.table_name, JobSinkRow.job_id)
-        .where(JobSinkRow.table_name.in_(lockstep_names(table.namespace, table.name)))
-        .order_by(JobSinkRow.table_name)
-        .limit(1)
-    ).first()
-    return None if row is None else Owned(table, row[0], row[1])
+def owned(session: CatalogSession, table: TableName) -> Owned | None:
+    """``table`` as Lockstep's table, None if no registered job writes it (``t`` and
+    ``default.t`` name one table: the first name wins)."""
+    found = session.sinks(lockstep_names(table.namespace, table.name))
+    return None if not found else Owned(table, found[0][0], found[0][1])
 
 
-def writers(session: Session, table: TableName) -> set[str]:
+def writers(session: CatalogSession, table: TableName) -> set[str]:
     """The jobs that write ``table`` (one, or none; two only for ``t`` and ``default.t``)."""
-    names = lockstep_names(table.namespace, table.name)
-    return set(session.scalars(select(JobSinkRow.job_id).where(JobSinkRow.table_name.in_(names))))
+    return {job for _, job in session.sinks(lockstep_names(table.namespace, table.name))}
 
 
-def actor(session: Session, principal: Principal, table: Owned) -> Actor:
+def actor(session: CatalogSession, principal: Principal, table: Owned) -> Actor:
     """Who ``principal`` is to ``table`` (FencedError: a job instance that is no longer
     current); the writer's row is locked until the transaction ends."""
     committer = principal.committer
@@ -194,21 +186,16 @@ def actor(session: Session, principal: Principal, table: Owned) -> Actor:
     if committer.job_id is not None:
         if committer.job_id != table.writer:
             return Actor.OTHER
-        current = session.scalar(
-            select(JobRow.current_token).where(JobRow.job_id == table.writer).with_for_update()
-        )
+        current = session.current_token(table.writer, lock=True)
         if current is None or committer.token != current:
             raise FencedError(table.writer, committer.token or 0, current or 0)
         return Actor.WRITER
     return Actor.MAINTAINER if principal.caller.is_admin else Actor.OTHER
 
 
-def _revising(session: Session, revision_id: int, table: str) -> bool:
-    row = session.get(RevisionRow, revision_id)
-    if row is None or row.state != IN_PROGRESS:
-        return False
-    plan = json.loads(row.plan)
-    return table in {t["table"] for t in plan.get("tables", [])}
+def _revising(session: CatalogSession, revision_id: int, table: str) -> bool:
+    found = session.revision(revision_id)
+    return found is not None and found[0] == IN_PROGRESS and table in found[1]
 
 
 # -- the checks ---------------------------------------------------------------------------------
@@ -266,7 +253,7 @@ class Change:
 
 
 def authorize_commit(
-    session: Session, principal: Principal, changes: Iterable[Change], now: datetime
+    session: CatalogSession, principal: Principal, changes: Iterable[Change], now: datetime
 ) -> None:
     """Refuse the commit unless every change is allowed to ``principal``."""
     for change in changes:
@@ -294,7 +281,7 @@ def authorize_commit(
                 raise NeededSnapshotsError(table, refused)
 
 
-def authorize(session: Session, principal: Principal, table: TableName, kind: str) -> None:
+def authorize(session: CatalogSession, principal: Principal, table: TableName, kind: str) -> None:
     """Refuse ``kind`` (create, register, rename, drop) of ``table`` unless allowed."""
     found = owned(session, table)
     if found is None:
@@ -306,7 +293,7 @@ def authorize(session: Session, principal: Principal, table: TableName, kind: st
         raise NotTheWriterError(found, who, rule, kind)
 
 
-def refuse_view_name(session: Session, name: TableName) -> None:
+def refuse_view_name(session: CatalogSession, name: TableName) -> None:
     """An Iceberg view may not take the name of a Lockstep table (made or yet to be)."""
     found = owned(session, name)
     if found is not None:
@@ -318,30 +305,26 @@ def _free_table(principal: Principal, table: TableName) -> None:
         raise JobTokenScopeError(principal.caller, f"table {str(table)!r} is not Lockstep's")
 
 
-def authorize_namespace(session: Session, caller: Caller, namespace: Namespace) -> None:
+def authorize_namespace(session: CatalogSession, caller: Caller, namespace: Namespace) -> None:
     """An admin may create any namespace; a job token only one its jobs' sinks live in."""
     if caller.is_admin:
         return
-    sinks = session.scalars(
-        select(JobSinkRow.table_name).where(JobSinkRow.job_id.in_(sorted(caller.grant.jobs)))
-    )
+    sinks = session.sinks_of(caller.grant.jobs)
     if namespace not in {iceberg_parts(name)[:-1] for name in sinks}:
         raise JobTokenScopeError(caller, f"namespace {'.'.join(namespace)!r} holds none of them")
 
 
-def check_claims(session: Session, principal: Principal) -> None:
+def check_claims(session: CatalogSession, principal: Principal) -> None:
     """For a load: the headers' claims hold (the job instance is current, the revision in
     progress), since they change what is shown (an unpublished main)."""
     committer = principal.committer
     if committer.job_id is not None:
-        current = session.scalar(
-            select(JobRow.current_token).where(JobRow.job_id == committer.job_id)
-        )
+        current = session.current_token(committer.job_id)
         if current is None or committer.token != current:
             raise FencedError(committer.job_id, committer.token or 0, current or 0)
     if committer.revision_id is not None:
-        row = session.get(RevisionRow, committer.revision_id)
-        if row is None or row.state != IN_PROGRESS:
+        found = session.revision(committer.revision_id)
+        if found is None or found[0] != IN_PROGRESS:
             raise PermissionDeniedError(
                 f"header {REVISION_HEADER}: revision {committer.revision_id} is not in progress"
             )

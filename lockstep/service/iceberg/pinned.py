@@ -47,9 +47,6 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from lockstep.barrier.iceberg.naming import lockstep_names
 from lockstep.errors import (
     InvalidRequestError,
@@ -59,16 +56,15 @@ from lockstep.errors import (
     ServiceBusyError,
 )
 from lockstep.meta_tables.store.base import MetadataStore
-from lockstep.meta_tables.store.sql.schema import IcebergTableRow, JobSinkRow
+from lockstep.meta_tables.store.catalog import CatalogSession
 from lockstep.readers.levels import ConsistencyLevel
 from lockstep.readers.model import Lease
 from lockstep.service.deps import Caller
-from lockstep.service.iceberg import storage
 from lockstep.service.iceberg.as_of import as_of
 from lockstep.service.iceberg.catalog import LoadedTable, ServedCatalog
 from lockstep.service.iceberg.consistency import snapshot_at
 from lockstep.service.iceberg.errors import IcebergCatalogError, NoSuchIcebergTableError
-from lockstep.service.iceberg.names import TableName, loaded_namespace
+from lockstep.service.iceberg.names import Namespace, TableName
 from lockstep.service.iceberg.view_files import ViewFiles
 from lockstep.service.iceberg.view_scope import parse_scope, scoped_tables, split_scope
 
@@ -90,7 +86,6 @@ _LEASED = re.compile(
     r"([0-9a-f]{1,64})\.([0-9a-f]{32})"
 )
 _AT_BARRIER = re.compile(r"b([1-9][0-9]{0,17})")
-_IN_LIST_MAX = 500  # table names in one IN (...) list
 
 
 def barrier_warehouse(barrier_id: int) -> str:
@@ -192,10 +187,13 @@ class PinnedViews:
         """The Lockstep tables a pinned view of ``warehouse`` holds: all of them, or those
         of its ``scope`` (``view_scope``)."""
         parsed = None if scope is None else parse_scope(warehouse, scope)
-        with storage.reading(self.catalog.engine) as session:
-            served = _served(session)
-            lockstep = _lockstep_of(session, served)
-            namespaces = set() if parsed is None else set(storage.namespaces(session))
+
+        def read(s: CatalogSession) -> tuple[set[TableName], dict[TableName, str], set[Namespace]]:
+            served = s.every_name("table")
+            namespaces = set() if parsed is None else set(s.namespaces())
+            return served, _lockstep_of(s, served), namespaces
+
+        served, lockstep, namespaces = self.catalog.store.read(read)
         if parsed is not None:
             return scoped_tables(warehouse, parsed, lockstep, served, namespaces)
         if not lockstep:
@@ -226,8 +224,9 @@ class PinnedViews:
 
     def lockstep_tables(self) -> set[str]:
         """The Lockstep names of the catalog's tables that a registered job writes."""
-        with storage.reading(self.catalog.engine) as session:
-            return set(_lockstep_of(session, _served(session)).values())
+        return set(
+            self.catalog.store.read(lambda s: _lockstep_of(s, s.every_name("table"))).values()
+        )
 
     def outside(self, view: View, tables: Iterable[TableName]) -> set[TableName]:
         """Those of ``tables`` that ``view`` does not serve: under a pinned view, the
@@ -239,9 +238,7 @@ class PinnedViews:
         candidates = [t for t in tables if not any(n in held for n in _names(t))]
         if not candidates:
             return set()
-        with storage.reading(self.catalog.engine) as session:
-            lockstep = _lockstep_of(session, candidates)
-        return set(lockstep)
+        return set(self.catalog.store.read(lambda s: _lockstep_of(s, candidates)))
 
     # -- using -----------------------------------------------------------------------------
 
@@ -300,8 +297,8 @@ class PinnedViews:
                 raise TableOutsideViewError(table, view.barrier_id)
             return self.pinned(table, loaded, view.snapshots)
         assert view.barrier_id is not None
-        with storage.reading(self.catalog.engine) as session:
-            ours, snapshot_id = snapshot_at(session, table, view.barrier_id)
+        barrier_id = view.barrier_id
+        ours, snapshot_id = self.catalog.store.read(lambda s: snapshot_at(s, table, barrier_id))
         if not ours:
             return loaded
         names = lockstep_names(table.namespace, table.name)
@@ -336,18 +333,9 @@ def _names(table: TableName) -> tuple[str, ...]:
     return lockstep_names(table.namespace, table.name)
 
 
-def _served(session: Session) -> set[TableName]:
-    """Every table of the catalog."""
-    rows = session.execute(select(IcebergTableRow.namespace, IcebergTableRow.name))
-    return {TableName(loaded_namespace(ns), name) for ns, name in rows}
-
-
-def _lockstep_of(session: Session, tables: Iterable[TableName]) -> dict[TableName, str]:
+def _lockstep_of(session: CatalogSession, tables: Iterable[TableName]) -> dict[TableName, str]:
     """Those of ``tables`` that a registered job writes, with their Lockstep names."""
     candidates = {name: table for table in tables for name in _names(table)}
-    query = select(JobSinkRow.table_name)
-    if len(candidates) <= _IN_LIST_MAX:  # else every sink, a list of a few thousand at most
-        query = query.where(JobSinkRow.table_name.in_(candidates))
-    written = set(session.scalars(query)) & candidates.keys()
+    written = {name for name, _ in session.sinks(candidates)}
     # t and default.t name one table: the first name wins, as ownership.owned picks it
     return {candidates[name]: name for name in sorted(written, reverse=True)}

@@ -16,17 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pyiceberg.table.metadata import TableMetadata
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
-from lockstep.barrier.model import CommitState
-from lockstep.meta_tables.store.sql.schema import (
-    LeaseRow,
-    LeaseSnapshotRow,
-    PendingCommitRow,
-    RetentionRow,
-    TableVersionRow,
-)
+from lockstep.meta_tables.store.catalog import CatalogSession
 
 GUARDED_PREFIX = "lockstep_"  # the jobs' staging branches (and the served barrier tags)
 GUARDED_REFS = ("main",)
@@ -48,40 +39,15 @@ class Needed:
         return {s: self.reasons[s] for s in sorted(set(removed)) if s in self.reasons}
 
 
-def needed(session: Session, name: str, metadata: TableMetadata, now: datetime) -> Needed:
+def needed(session: CatalogSession, name: str, metadata: TableMetadata, now: datetime) -> Needed:
     """What of Lockstep table ``name`` (its metadata ``metadata``) is needed at ``now``."""
-    keep_from = session.scalar(
-        select(func.coalesce(func.max(RetentionRow.keep_from), 0)).where(
-            RetentionRow.table_name == name
-        )
-    )
     reasons: dict[int, str] = {}
-    for barrier, snapshot in session.execute(
-        select(TableVersionRow.barrier_id, TableVersionRow.snapshot_id).where(
-            TableVersionRow.table_name == name,
-            TableVersionRow.barrier_id >= (keep_from or 0),
-            TableVersionRow.snapshot_id.is_not(None),
-        )
-    ):
-        if snapshot is not None:
-            reasons.setdefault(int(snapshot), f"barrier {barrier}'s version")
-    leased = session.scalars(
-        select(LeaseSnapshotRow.snapshot_id)
-        .join(LeaseRow, LeaseRow.lease_id == LeaseSnapshotRow.lease_id)
-        .where(LeaseSnapshotRow.table_name == name, LeaseRow.expires_at > now)
-    )
-    for snapshot in leased:
-        if snapshot is not None:
-            reasons.setdefault(int(snapshot), "held by a reader's lease")
-    pending = session.scalars(
-        select(PendingCommitRow.snapshot_id).where(
-            PendingCommitRow.table_name == name,
-            PendingCommitRow.state == CommitState.PENDING.value,
-        )
-    )
-    for snapshot in pending:
-        if snapshot is not None:
-            reasons.setdefault(int(snapshot), "staged by a pending commit")
+    for barrier, snapshot in session.retained_versions(name, written=False):
+        reasons.setdefault(snapshot, f"barrier {barrier}'s version")
+    for snapshot in session.leased_snapshots(name, now):
+        reasons.setdefault(snapshot, "held by a reader's lease")
+    for snapshot in session.pending_snapshots(name):
+        reasons.setdefault(snapshot, "staged by a pending commit")
     times = [s.timestamp_ms for s in (metadata.snapshot_by_id(i) for i in reasons) if s is not None]
     for ref_name, ref in metadata.refs.items():
         if guarded_ref(ref_name):

@@ -66,6 +66,7 @@ from lockstep.service.iceberg.run_view import (
     is_run,
     warehouse_prefix,
 )
+from lockstep.service.iceberg.seen import Reading, Sources, seen_table
 from lockstep.service.iceberg.spec_routes import (
     add_oauth_route,
     add_spec_routes,
@@ -144,6 +145,11 @@ def _view(request: Request) -> View | None:
     return getattr(request.state, "view", None)
 
 
+def _reading(caller: Caller, request: Request) -> Reading:
+    """Where ``request`` reads (``seen``): under a run view, a pinned view, or neither."""
+    return Reading(lambda: _principal(caller, request), _run(request), _view(request))
+
+
 def _check_run_creates(runs: RunViews, request: Request, table: TableName) -> None:
     """Under a run view, only the job's sinks may be created."""
     run = _run(request)
@@ -191,7 +197,7 @@ def build_router(
         config = {"defaults": defaults, "overrides": overrides, "endpoints": endpoints}
         return {**config, **advertised(request.app)}  # idempotency-key-lifetime (idempotency.py)
 
-    served_views = ServedViews(catalog.engine, catalog.files, catalog.clock)
+    served_views = ServedViews(catalog.store, catalog.files, catalog.clock)
     _add_namespaces(router, catalog, served_views)
     _add_tables(router, catalog, views, runs, vending)
     add_credentials_route(router, vending, _principal)  # vending_routes.py
@@ -331,6 +337,7 @@ def _add_table_reads(
     router: APIRouter, catalog: ServedCatalog, views: PinnedViews, runs: RunViews, vending: Vending
 ) -> None:
     """Listing, loading and probing tables: as they are, or as a view or a run shows them."""
+    sources = Sources(catalog, views, runs)
 
     @router.get("/namespaces/{namespace}/tables")
     def list_tables(
@@ -359,18 +366,7 @@ def _add_table_reads(
     ) -> Response:
         # every snapshot is returned whatever ``snapshots`` asks (``refs`` is an option)
         name = existing_table(namespace, table)
-        loaded = catalog.load_table(name)
-        run = _run(request)
-        if run is not None:  # a run: its sinks' staging, its sources at its barrier
-            loaded = runs.load(name, loaded, run)
-        elif "prefix" in request.path_params:  # a view: main at the view's barrier
-            loaded = views.load(name, loaded, request.state.view)
-        elif views.atomic:
-            principal = _principal(caller, request)
-            if principal.committer.names_itself:  # sees main unpublished: if it may
-                catalog.check_claims(principal)
-            else:  # a reader: atomic publish
-                loaded = views.pinned(name, loaded, views.published())
+        loaded = seen_table(sources, name, _reading(caller, request))  # seen.py
         return _loaded(loaded, vending.for_load(request, _principal(caller, request), name, loaded))
 
     @router.head("/namespaces/{namespace}/tables/{table}")

@@ -26,13 +26,11 @@ from pyiceberg.table.update import (
     SetSnapshotRefUpdate,
     TableUpdate,
 )
-from sqlalchemy import select
 
 from lockstep.barrier.iceberg.tables import BARRIER_PROPERTY
 from lockstep.errors import FencedError, InvalidRequestError
-from lockstep.meta_tables.store.sql.schema import JobRow, JobSinkRow
+from lockstep.meta_tables.store.catalog import CatalogSession
 from lockstep.service.deps import Caller
-from lockstep.service.iceberg import storage
 from lockstep.service.iceberg.catalog import ServedCatalog
 from lockstep.service.iceberg.commit import TableChange
 from lockstep.service.iceberg.committer import Committer
@@ -46,8 +44,7 @@ def open_run(
 ) -> Run:
     """The run of ``job_id``'s instance ``token`` at ``barrier_id``, its sinks' staging
     branches reset to their published main."""
-    with storage.reading(catalog.engine) as session:
-        run = run_of(session, job_id, token, barrier_id)
+    run = catalog.store.read(lambda s: run_of(s, job_id, token, barrier_id))
     principal = run.principal(caller)
     changes = []
     for table, metadata in _existing(catalog, run.sinks).items():
@@ -127,21 +124,22 @@ def publish(
 def _sinks(catalog: ServedCatalog, caller: Caller, job_id: str, token: int) -> dict[str, TableName]:
     """``job_id``'s sinks by Lockstep name, for its current instance ``token``."""
     Principal(caller, Committer(job_id, token))  # the token must act for the job
-    with storage.reading(catalog.engine) as session:
-        current = session.scalar(select(JobRow.current_token).where(JobRow.job_id == job_id))
+
+    def sinks(session: CatalogSession) -> list[str]:
+        current = session.current_token(job_id)
         if current is None:
             raise InvalidRequestError(f"job {job_id!r} is not registered")
         if current != token:
             raise FencedError(job_id, token, current)
-        names = session.scalars(select(JobSinkRow.table_name).where(JobSinkRow.job_id == job_id))
-        return {name: served_name(name) for name in names}
+        return session.sinks_of([job_id])
+
+    return {name: served_name(name) for name in catalog.store.read(sinks)}
 
 
 def _existing(
     catalog: ServedCatalog, tables: set[TableName] | frozenset[TableName]
 ) -> dict[TableName, TableMetadata]:
-    with storage.reading(catalog.engine) as session:
-        pointers = storage.pointers(session, sorted(tables))
+    pointers = catalog.store.read(lambda s: s.pointers("table", sorted(tables)))
     return {table: catalog.files.read(location) for table, location in pointers.items()}
 
 

@@ -42,15 +42,12 @@ from pyiceberg.table.update import (
     TableRequirement,
     TableUpdate,
 )
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from lockstep.barrier.iceberg.naming import iceberg_parts
 from lockstep.errors import InvalidRequestError, PermissionDeniedError
-from lockstep.meta_tables.store.sql.schema import JobBarrierRow, JobRow, JobSinkRow, JobSourceRow
+from lockstep.meta_tables.store.catalog import CatalogSession
 from lockstep.service.auth import Role
 from lockstep.service.deps import Caller
-from lockstep.service.iceberg import storage
 from lockstep.service.iceberg.as_of import as_of
 from lockstep.service.iceberg.catalog import LoadedTable, ServedCatalog
 from lockstep.service.iceberg.commit import TableChange
@@ -143,10 +140,10 @@ def warehouse_prefix(warehouse: str | None) -> str | None:
     return warehouse.removeprefix(RUN_WAREHOUSE)
 
 
-def run_of(session: Session, job_id: str, token: int, barrier_id: int) -> Run:
+def run_of(session: CatalogSession, job_id: str, token: int, barrier_id: int) -> Run:
     """The run of ``job_id``'s instance ``token`` at ``barrier_id``: the instance must be
     current (FencedError) and the barrier taken by it and not yet PROCESSED."""
-    current = session.scalar(select(JobRow.current_token).where(JobRow.job_id == job_id))
+    current = session.current_token(job_id)
     if current is None:
         raise InvalidRequestError(f"job {job_id!r} is not registered")
     if current != token:
@@ -156,19 +153,19 @@ def run_of(session: Session, job_id: str, token: int, barrier_id: int) -> Run:
             "revision; nothing it staged will be published. The newer `lockstep exec` runs "
             "the barrier again"
         )
-    row = session.get(JobBarrierRow, (job_id, barrier_id))
-    if row is None or row.started_at is None or row.token != token:
+    row = session.taken_barrier(job_id, barrier_id)
+    if row is None or not row.started or row.token != token:
         raise RunGoneError(
             f"job {job_id!r}'s instance {token} has not taken barrier {barrier_id}: take it "
             "(next barrier) before opening its run"
         )
-    if row.processed_at is not None:
+    if row.processed:
         raise RunGoneError(
             f"the run of job {job_id!r} at barrier {barrier_id} is over (the barrier is "
             "PROCESSED): its commits are published or being published; run the next barrier"
         )
-    sinks = session.scalars(select(JobSinkRow.table_name).where(JobSinkRow.job_id == job_id))
-    sources = session.scalars(select(JobSourceRow.table_name).where(JobSourceRow.job_id == job_id))
+    sinks = session.sinks_of([job_id])
+    sources = session.sources_of(job_id)
     return Run(job_id, token, barrier_id, _served(sinks), _served(sources))
 
 
@@ -215,8 +212,7 @@ class RunViews:
                 f"the run view {prefix!r} was opened with another token: use the token "
                 "`lockstep exec` handed the program (LOCKSTEP_CATALOG_TOKEN)"
             )
-        with storage.reading(self.catalog.engine) as session:
-            run = run_of(session, job_id, token, barrier_id)
+        run = self.catalog.store.read(lambda s: run_of(s, job_id, token, barrier_id))
         run.principal(caller)  # the token must still act for the job
         return run
 
@@ -230,8 +226,9 @@ class RunViews:
         if table in run.sinks:
             return self.staged_view(loaded.metadata, loaded.metadata_location, run)
         if table in run.sources:
-            with storage.reading(self.catalog.engine) as session:
-                ours, snapshot_id = snapshot_at(session, table, run.barrier_id)
+            ours, snapshot_id = self.catalog.store.read(
+                lambda s: snapshot_at(s, table, run.barrier_id)
+            )
             if ours:
                 pinned = as_of(loaded.metadata, snapshot_id)
                 written, location = self.files.file_of(loaded.metadata_location, pinned)

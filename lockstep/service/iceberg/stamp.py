@@ -15,8 +15,6 @@ from collections.abc import Mapping, Sequence
 
 from pyiceberg.table.snapshots import Summary
 from pyiceberg.table.update import AddSnapshotUpdate, TableUpdate
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from lockstep.barrier.iceberg.tables import (
     BARRIER_PROPERTY,
@@ -25,14 +23,14 @@ from lockstep.barrier.iceberg.tables import (
     JOB_PROPERTY,
     REVISION_PROPERTY,
 )
-from lockstep.meta_tables.store.sql.schema import BarrierRow, InputCutRow, JobBarrierRow
+from lockstep.meta_tables.store.catalog import CatalogSession
 from lockstep.service.iceberg.committer import Committer
 from lockstep.service.iceberg.names import TableName
 from lockstep.service.iceberg.ownership import writers
 
 
 def stamps(
-    session: Session, committer: Committer, tables: Sequence[TableName]
+    session: CatalogSession, committer: Committer, tables: Sequence[TableName]
 ) -> dict[TableName, dict[str, str]]:
     """The summary entries to add to snapshots ``committer`` adds to each of ``tables``: for
     a job's instance, its barrier in progress on the tables the job writes; for a revision,
@@ -49,36 +47,21 @@ def stamps(
     return dict.fromkeys(sinks, stamp) if stamp else {}
 
 
-def _barrier_stamp(session: Session, job_id: str) -> dict[str, str] | None:
+def _barrier_stamp(session: CatalogSession, job_id: str) -> dict[str, str] | None:
     """The tags of the barrier ``job_id`` has in progress (taken, not yet PROCESSED), None
     if it has none."""
-    row = session.execute(
-        select(JobBarrierRow.barrier_id, BarrierRow.ts)
-        .join(BarrierRow, BarrierRow.barrier_id == JobBarrierRow.barrier_id)
-        .where(
-            JobBarrierRow.job_id == job_id,
-            JobBarrierRow.processed_at.is_(None),
-        )
-        .order_by(JobBarrierRow.barrier_id.desc())
-        .limit(1)
-    ).first()
-    if row is None:
+    found = session.barrier_in_progress(job_id)
+    if found is None:
         return None
-    barrier_id, ts = row
+    barrier_id, ts = found
     stamp = {
         BARRIER_PROPERTY: str(barrier_id),
         JOB_PROPERTY: job_id,
         BARRIER_TS_PROPERTY: ts.isoformat(),
     }
-    cuts = session.execute(
-        select(InputCutRow.source, InputCutRow.cut).where(
-            InputCutRow.job_id == job_id, InputCutRow.barrier_id == barrier_id
-        )
-    ).all()
+    cuts = session.input_cuts(job_id, barrier_id)
     if cuts:
-        stamp[INPUT_CUTS_PROPERTY] = json.dumps(
-            {source: json.loads(cut) for source, cut in cuts}, sort_keys=True
-        )
+        stamp[INPUT_CUTS_PROPERTY] = json.dumps(cuts, sort_keys=True)
     return stamp
 
 

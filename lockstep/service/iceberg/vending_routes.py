@@ -16,12 +16,10 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
-from sqlalchemy import select
 
 from lockstep.errors import FencedError
-from lockstep.meta_tables.store.sql.schema import JobRow
+from lockstep.meta_tables.store.catalog import CatalogSession
 from lockstep.service.deps import Reader
-from lockstep.service.iceberg import storage
 from lockstep.service.iceberg.catalog import LoadedTable, ServedCatalog
 from lockstep.service.iceberg.names import SEPARATOR, TableName
 from lockstep.service.iceberg.ownership import Principal, owned
@@ -84,11 +82,16 @@ class Vending:
         job_id, token = principal.committer.job_id, principal.committer.token
         if job_id is None:
             return False
-        with storage.reading(self.catalog.engine) as session:
+
+        def writer_token(session: CatalogSession) -> tuple[bool, int | None]:
             found = owned(session, table)
             if found is None or found.writer != job_id:
-                return False
-            current = session.scalar(select(JobRow.current_token).where(JobRow.job_id == job_id))
+                return False, None
+            return True, session.current_token(job_id)
+
+        writes, current = self.catalog.store.read(writer_token)
+        if not writes:
+            return False
         if current is None or token != current:
             raise FencedError(job_id, token or 0, current or 0)
         return True

@@ -25,11 +25,10 @@ from pydantic import Field, ValidationError
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import IcebergBaseModel
 from pyiceberg.view.metadata import ViewHistoryEntry, ViewMetadata, ViewVersion
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session
 
 from lockstep.errors import InvalidRequestError
-from lockstep.service.iceberg import ownership, storage, view_storage
+from lockstep.meta_tables.store.catalog import CatalogSession, CatalogStore
+from lockstep.service.iceberg import ownership
 from lockstep.service.iceberg.errors import (
     CommitConflictError,
     MetadataFileError,
@@ -253,57 +252,65 @@ def as_served(metadata: ViewMetadata) -> ViewMetadata:
 
 
 class ServedViews:
-    """Views of the served catalog, over the store's ``engine`` and the warehouse's files."""
+    """Views of the served catalog, over the store's catalog port and the warehouse's files."""
 
-    def __init__(self, engine: Engine, files: TableFiles, clock: Callable[[], datetime]) -> None:
-        self.engine = engine
+    def __init__(
+        self, store: CatalogStore, files: TableFiles, clock: Callable[[], datetime]
+    ) -> None:
+        self.store = store
         self.files = files
         self.clock = clock
 
     def list(self, namespace: Namespace) -> list[TableName]:
-        with storage.reading(self.engine) as session:
-            if storage.namespace_properties(session, namespace) is None:
+        def listing(s: CatalogSession) -> list[str]:
+            if s.namespace_properties(namespace) is None:
                 raise NoSuchNamespaceError(namespace)
-            names = view_storage.view_names(session, namespace)
-        return [TableName(namespace, n) for n in names]
+            return s.names("view", namespace)
+
+        return [TableName(namespace, n) for n in self.store.read(listing)]
 
     def check_no_views(self, namespace: Namespace) -> None:
         """NamespaceNotEmptyError if ``namespace`` holds a view (drop them first)."""
-        with storage.reading(self.engine) as session:
-            names = view_storage.view_names(session, namespace)
+        names = self.store.read(lambda s: s.names("view", namespace))
         if names:
             raise NamespaceNotEmptyError(namespace, f"views {', '.join(names)}")
 
     def exists(self, view: TableName) -> bool:
-        with storage.reading(self.engine) as session:
-            return view_storage.pointer(session, view) is not None
+        return self.store.read(lambda s: s.pointer("view", view)) is not None
 
     def load(self, view: TableName) -> tuple[ViewMetadata, str]:
-        with storage.reading(self.engine) as session:
-            location = view_storage.pointer(session, view)
+        location = self.store.read(lambda s: s.pointer("view", view))
         if location is None:
             raise NoSuchViewError(view)
         return self._read(location), location
 
     def create(self, namespace: Namespace, request: CreateViewIn) -> tuple[ViewMetadata, str]:
         view = TableName(namespace, request.name)
-        with storage.reading(self.engine) as session:
-            properties = storage.namespace_properties(session, namespace)
+
+        def look(s: CatalogSession) -> dict[str, str]:
+            properties = s.namespace_properties(namespace)
             if properties is None:
                 raise NoSuchNamespaceError(namespace)
-            _check_free(session, view)
+            _check_free(s, view)
+            return properties
+
+        properties = self.store.read(look)
         if request.location:
             location = self.files.checked_location(request.location, "view location")
         else:
             location = self.files.default_location(view, properties.get("location"))
         metadata = new_view_metadata(request, location)
         written = self._write(metadata, None)
+
+        def insert(s: CatalogSession) -> None:
+            if s.namespace_properties(namespace) is None:
+                raise NoSuchNamespaceError(namespace)
+            _check_free(s, view)
+            if not s.insert_pointer("view", view, written, self.clock()):
+                raise ViewExistsError(view.namespace, view.name)
+
         try:
-            with storage.writing(self.engine) as session:
-                if storage.namespace_properties(session, namespace) is None:
-                    raise NoSuchNamespaceError(namespace)
-                _check_free(session, view)
-                view_storage.insert_pointer(session, view, written, self.clock())
+            self.store.write(insert)
         except BaseException:
             self.files.forget(written)
             raise
@@ -326,10 +333,9 @@ class ServedViews:
         self.files.checked_location(metadata.location, "view location")
         written = self._write(metadata, base_location)
         try:
-            with storage.writing(self.engine) as session:
-                moved = view_storage.swap_pointer(
-                    session, view, base_location, written, self.clock()
-                )
+            moved = self.store.write(
+                lambda s: s.swap_pointer("view", view, base_location, written, self.clock())
+            )
             if not moved:
                 reason = "another commit changed it first: load it again and retry"
                 raise CommitConflictError(view.namespace, view.name, reason)
@@ -339,18 +345,19 @@ class ServedViews:
         return metadata, written
 
     def drop(self, view: TableName) -> None:
-        with storage.writing(self.engine) as session:
-            if view_storage.delete_pointer(session, view) is None:
-                raise NoSuchViewError(view)
+        if self.store.write(lambda s: s.delete_pointer("view", view)) is None:
+            raise NoSuchViewError(view)
 
     def rename(self, source: TableName, destination: TableName) -> None:
-        with storage.writing(self.engine) as session:
-            if view_storage.pointer(session, source) is None:
+        def rename(s: CatalogSession) -> None:
+            if s.pointer("view", source) is None:
                 raise NoSuchViewError(source)
-            if storage.namespace_properties(session, destination.namespace) is None:
+            if s.namespace_properties(destination.namespace) is None:
                 raise NoSuchNamespaceError(destination.namespace)
-            _check_free(session, destination)
-            view_storage.rename_pointer(session, source, destination)
+            _check_free(s, destination)
+            s.rename_pointer("view", source, destination)
+
+        self.store.write(rename)
 
     def _read(self, location: str) -> ViewMetadata:
         self.files.checked_location(location, "view metadata file")
@@ -374,9 +381,9 @@ class ServedViews:
         return location
 
 
-def _check_free(session: Session, name: TableName) -> None:
+def _check_free(session: CatalogSession, name: TableName) -> None:
     """A view may not take the name of a table, another view, or a Lockstep table yet to
     be created (``ownership``)."""
-    if storage.pointer(session, name) is not None or view_storage.pointer(session, name):
+    if session.name_taken(name):
         raise ViewExistsError(name.namespace, name.name)
     ownership.refuse_view_name(session, name)

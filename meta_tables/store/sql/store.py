@@ -49,6 +49,7 @@ from lockstep.meta_tables.store.sql import (
 )
 from lockstep.meta_tables.store.sql.batching import group_commit
 from lockstep.meta_tables.store.sql.batching.immediate import Immediate
+from lockstep.meta_tables.store.sql.catalog.store import ServesCatalog
 from lockstep.meta_tables.store.sql.dialects.base import Closable
 from lockstep.meta_tables.store.sql.engine import (
     WRITE_OPTION,
@@ -119,7 +120,7 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class SqlMetadataStore(MetadataStore):
+class SqlMetadataStore(ServesCatalog, MetadataStore):
     """Metadata store over a SQLAlchemy engine.
 
     >>> store = SqlMetadataStore.open("sqlite://")
