@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from support.ports import free_port
 
 URL_ENV = "LOCKSTEP_TEST_MARIADB_URL"
 REQUIRE_ENV = "LOCKSTEP_REQUIRE_MARIADB"
@@ -36,8 +37,6 @@ def _unavailable(reason: str) -> None:
 @contextmanager
 def local_server() -> Iterator[str]:
     """Start a private server; yields a URL of its ``root`` user (no database named)."""
-    from support.ports import free_port
-
     install, server = shutil.which("mariadb-install-db"), _server_binary()
     if install is None or server is None:
         _unavailable("mariadb-install-db or mariadbd was not found")
