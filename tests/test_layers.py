@@ -429,3 +429,56 @@ def test_a_branch_on_a_dialect_name_is_caught_with_file_and_line() -> None:
     # the dialect objects themselves may: that is where a name maps to its object
     inside = "meta_tables/store/sql/dialects/sqlite.py"
     assert dialect_comparisons({inside: planted}) == []
+
+
+# -- SQLAlchemy in the store's SQL package alone (#49) ---------------------------------------
+
+# Product code speaks to the database through the store's interfaces (``MetadataStore``, the
+# served catalog's ``CatalogStore``), whose SQL implementation is the one package that
+# imports SQLAlchemy. Tests, benchmarks and tools are not held to it: they build old schemas,
+# tamper with rows and time statements on purpose.
+SQL_PACKAGE = "meta_tables/store/sql/"
+
+
+def sqlalchemy_imports(sources: Mapping[str, str]) -> list[str]:
+    """Imports of SQLAlchemy outside :data:`SQL_PACKAGE` in ``sources`` ({file shown in
+    messages: source text}), lazy and ``TYPE_CHECKING`` ones too, each with its line."""
+    found = []
+    for shown, text in sorted(sources.items()):
+        if shown.startswith(SQL_PACKAGE):
+            continue
+        for node in ast.walk(ast.parse(text, shown)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            if any(n == "sqlalchemy" or n.startswith("sqlalchemy.") for n in names):
+                found.append(
+                    f"{shown}:{node.lineno}: imports SQLAlchemy; only {SQL_PACKAGE} does: "
+                    "call the store's interface (meta_tables/store/base.py, catalog.py)"
+                )
+    return found
+
+
+def test_only_the_stores_sql_package_imports_sqlalchemy() -> None:
+    sources = {shown: text for shown, text in project_sources().values()}
+    assert sqlalchemy_imports(sources) == []
+
+
+def test_an_import_of_sqlalchemy_elsewhere_is_caught_with_file_and_line() -> None:
+    sources = {shown: text for shown, text in project_sources().values()}
+    shown = "lockstep/service/iceberg/catalog.py"
+    text = sources[shown]
+    lazy = "\n\ndef _sneaky() -> None:\n    import sqlalchemy.orm  # noqa\n"
+    sources[shown] = text + "\nfrom sqlalchemy import select\n" + lazy
+    line = text.count("\n") + 2
+    assert [v.split(": ", 1)[0] for v in sqlalchemy_imports(sources)] == [
+        f"{shown}:{line}",
+        f"{shown}:{line + 4}",
+    ]
+    # the store's SQL package may, and a name that only starts like it is not SQLAlchemy
+    inside = {"meta_tables/store/sql/catalog/pointers.py": "from sqlalchemy import select\n"}
+    assert sqlalchemy_imports(inside) == []
+    assert sqlalchemy_imports({"x.py": "import sqlalchemy_utils\n"}) == []
