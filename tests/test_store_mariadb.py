@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from conftest import FakeClock
@@ -144,5 +145,39 @@ def test_the_service_long_poll_polls_there(mariadb_url: str) -> None:
         assert isinstance(found, Barrier)
         assert found.barrier_id == 1
         assert took < 60  # the wait (120 s) did not run out: a look found it
+    finally:
+        store.close()
+
+
+def test_the_served_catalogs_pointers_and_keys_work_there(mariadb_url: str) -> None:
+    """The served Iceberg catalog's persistence (``CatalogStore``) on MariaDB: a pointer
+    moves by compare-and-set, names differ by case, and an answer over 64 KiB is kept."""
+    from lockstep.meta_tables.store.catalog import Answer, Attempt
+    from lockstep.service.iceberg.names import TableName
+
+    store = SqlMetadataStore.open(mariadb_url)
+    catalog = store.catalog_store()
+    now = store.now()
+    lake = ("lake",)
+    upper, lower = TableName(lake, "Orders"), TableName(lake, "orders")
+    attempt = Attempt(caller="c" * 64, key="k" * 36, request="r" * 64, owner="o" * 32)
+    big = Answer(200, (("content-type", "application/json"),), b"z" * 200_000)
+    try:
+        assert catalog.write(lambda s: s.create_namespace(lake, {}, now))
+        assert catalog.write(lambda s: s.insert_pointer("table", upper, "s3://l/1.json", now))
+        assert catalog.write(lambda s: s.insert_pointer("table", lower, "s3://l/a.json", now))
+        moved = "s3://l/1.json", "s3://l/2.json"
+        assert catalog.write(lambda s: s.swap_pointer("table", upper, *moved, now))
+        assert not catalog.write(lambda s: s.swap_pointer("table", upper, *moved, now))
+        assert catalog.read(lambda s: s.pointers("table", [upper, lower])) == {
+            upper: "s3://l/2.json",
+            lower: "s3://l/a.json",
+        }
+        lease, expiry = now + timedelta(seconds=30), now + timedelta(days=1)
+        assert catalog.write(lambda s: s.claim_key(attempt, now, lease, expiry)).action == "run"
+        assert catalog.write(lambda s: s.finish_key(attempt, big))
+        replayed = catalog.read(lambda s: s.waiting_answer(attempt, now)).answer
+        assert replayed is not None
+        assert (replayed.status, replayed.body) == (big.status, big.body)
     finally:
         store.close()
