@@ -5,14 +5,11 @@ server): the Spark 4 tier runs it (``make test-spark4``)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.benchmarks import benchmark_figures
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 
@@ -22,16 +19,8 @@ def test_the_connect_benchmark_runs_every_way(tmp_path: Path) -> None:
     why = connect_supported()
     if why is not None:
         pytest.skip(f"no Spark Connect here: {why} (the Spark 4 tier runs it)")
-    out = tmp_path / "figures.json"
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "exec_connect.py"), "--quick", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    times = json.loads(out.read_text())["times"]
+    figures, printed = benchmark_figures(tmp_path, "exec_connect.py", timeout_s=900)
+    times = figures["times"]
     assert set(times) == {
         "exec spark-sql",
         "exec spark-submit",
@@ -47,4 +36,4 @@ def test_the_connect_benchmark_runs_every_way(tmp_path: Path) -> None:
         assert measured[0]["wall"] > 0
         if way != "runtime":
             assert 0 < measured[0]["program"] < measured[0]["wall"], way
-    assert "vs runtime" in done.stdout
+    assert "vs runtime" in printed

@@ -4,29 +4,17 @@ for what it prints and writes. Speed is never asserted."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.benchmarks import benchmark_figures
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 pytestmark = pytest.mark.slow
 
 
 def test_the_exec_benchmark_runs_both_parts(tmp_path: Path) -> None:
     pytest.importorskip("pyiceberg")
-    out = tmp_path / "figures.json"
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "exec_pipeline.py"), "--quick", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    figures = json.loads(out.read_text())
+    figures, printed = benchmark_figures(tmp_path, "exec_pipeline.py")
     exec_runs, plain_runs = figures["compare"]["exec"], figures["compare"]["plain"]
     assert len(exec_runs) == len(plain_runs) == 1
     (measured,) = exec_runs
@@ -38,4 +26,4 @@ def test_the_exec_benchmark_runs_both_parts(tmp_path: Path) -> None:
     for level in ("read_committed", "repeatable_read"):
         assert pipeline["reads"][level]["reads"] > 0
         assert pipeline["reads"][level]["inconsistent"] == 0
-    assert "where the time goes" in done.stdout
+    assert "where the time goes" in printed

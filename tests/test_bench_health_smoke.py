@@ -6,14 +6,11 @@ both ports answered, every load done, the figures ordered."""
 from __future__ import annotations
 
 import doctest
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.benchmarks import BENCH, benchmark_figures
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 pytestmark = pytest.mark.slow
 
 
@@ -26,16 +23,7 @@ def test_the_percentiles(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_health_benchmark_probes_both_ports_through_a_flood(tmp_path: Path) -> None:
     pytest.importorskip("pyiceberg")
-    out = tmp_path / "figures.json"
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "health_under_load.py"), "--quick", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    figures = json.loads(out.read_text())
+    figures, printed = benchmark_figures(tmp_path, "health_under_load.py")
     assert figures["settings"]["health_port"] is not None
     rows = {(r["phase"], r["round"], r["port"]): r for r in figures["phases"]}
     assert set(rows) == {
@@ -54,4 +42,4 @@ def test_the_health_benchmark_probes_both_ports_through_a_flood(tmp_path: Path) 
             assert 0 < row["load_p50_ms"] <= row["load_p99_ms"], key
         else:
             assert row["loads"] == 0, key
-    assert "flood     all    health" in done.stdout
+    assert "flood     all    health" in printed

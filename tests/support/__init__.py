@@ -23,4 +23,5 @@ a benchmark or a tool may import :mod:`support.ports` without them.
   The server itself is ``tests/pg_server.py``'s (a private cluster, or the one
   ``LOCKSTEP_TEST_POSTGRES_URL`` names).
 - :mod:`support.spark`: a user's own small ``spark-defaults.conf``.
+- :mod:`support.benchmarks`: a benchmark run as its own command (the smoke tests).
 """

@@ -175,7 +175,7 @@ def stopped(process: subprocess.Popen[str], *, timeout_s: float = 60.0) -> str:
 
 @contextmanager
 def serving(
-    folder: Path, arguments: Sequence[str], *, log: Path, timeout_s: float = 60.0
+    folder: Path, arguments: Sequence[str], *, log: Path, timeout_s: float = 120.0
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """:func:`start_serve` (output in ``log``), healthy within ``timeout_s``; yields the
     process and its URL; stopped at the end (SIGTERM, then SIGKILL after 30 s)."""
