@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from _installed import support_importable
 from _processes import stop_group
 from _reaper import watch_group
 
@@ -56,10 +57,11 @@ def _bindable(port: int) -> bool:
 def free_port_pair(taken: set[int]) -> int:
     """A loopback port ``p`` that nothing listens on, nor on ``p + 10000`` (its gRPC port),
     neither of them in ``taken``."""
+    support_importable()
+    from support.ports import free_port
+
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
+        port = free_port()
         grpc = port + GRPC_OFFSET
         if grpc < 65536 and not {port, grpc} & taken and _bindable(grpc):
             return port
