@@ -27,7 +27,7 @@ import pytest
 from conftest import FakeClock
 from hypothesis import HealthCheck, Phase, given, settings
 from pipelines import dump, snapshot_id
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 from support.postgres import fresh_database
 
 from lockstep.barrier.calls import Call, NextBarrier, Processed, WrittenAndNext
@@ -262,14 +262,19 @@ class PostgresStores:
     def __call__(self) -> Iterator[tuple[SqlMetadataStore, ...]]:
         for store in self.stores:
             with store.engine.begin() as connection:
-                names = connection.scalars(
-                    text(
-                        "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
-                        "AND tablename <> 'ls_schema_version'"
-                    )
-                ).all()
-                connection.execute(text(f"TRUNCATE {', '.join(names)} RESTART IDENTITY CASCADE"))
+                self.empty(connection)
         yield self.stores
+
+    @staticmethod
+    def empty(connection: Connection) -> None:
+        """Every table but the schema version emptied, identities restarted."""
+        names = connection.scalars(
+            text(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+                "AND tablename <> 'ls_schema_version'"
+            )
+        ).all()
+        connection.execute(text(f"TRUNCATE {', '.join(names)} RESTART IDENTITY CASCADE"))
 
     def close(self) -> None:
         for store in self.stores:

@@ -5,16 +5,16 @@ does (``dialects/mariadb.py``), on a server's row locks and READ COMMITTED."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
 from mariadb_server import fresh_database
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 from test_grouping import (
     CUTS,
     ON_POSTGRES,
+    PostgresStores,
     Step,
     _finds_the_planted_bug,
     check_grouping,
@@ -22,37 +22,26 @@ from test_grouping import (
     topologies,
 )
 
-from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 from lockstep.topology.model import JobSpec
 
 pytestmark = pytest.mark.mariadb
 
 
-class MariaDbStores:
+class MariaDbStores(PostgresStores):
     """Two stores on two databases of the test's server, emptied for each example."""
 
-    def __init__(self, urls: Sequence[str]) -> None:
-        self.stores = tuple(SqlMetadataStore.open(url) for url in urls)
-
-    @contextlib.contextmanager
-    def __call__(self) -> Iterator[tuple[SqlMetadataStore, ...]]:
-        for store in self.stores:
-            with store.engine.begin() as connection:
-                names = connection.scalars(
-                    text(
-                        "SELECT table_name FROM information_schema.tables WHERE "
-                        "table_schema = DATABASE() AND table_name <> 'ls_schema_version'"
-                    )
-                ).all()
-                connection.execute(text("SET FOREIGN_KEY_CHECKS = 0"))
-                for name in names:  # TRUNCATE restarts AUTO_INCREMENT, as the first run saw
-                    connection.execute(text(f"TRUNCATE TABLE `{name}`"))
-                connection.execute(text("SET FOREIGN_KEY_CHECKS = 1"))
-        yield self.stores
-
-    def close(self) -> None:
-        for store in self.stores:
-            store.close()
+    @staticmethod
+    def empty(connection: Connection) -> None:
+        names = connection.scalars(
+            text(
+                "SELECT table_name FROM information_schema.tables WHERE "
+                "table_schema = DATABASE() AND table_name <> 'ls_schema_version'"
+            )
+        ).all()
+        connection.execute(text("SET FOREIGN_KEY_CHECKS = 0"))
+        for name in names:  # TRUNCATE restarts AUTO_INCREMENT, as the first run saw
+            connection.execute(text(f"TRUNCATE TABLE `{name}`"))
+        connection.execute(text("SET FOREIGN_KEY_CHECKS = 1"))
 
 
 @pytest.fixture(scope="module")
