@@ -154,7 +154,7 @@ class IcebergTables:
         ``columns_ddl`` is a Spark DDL column list, e.g. ``"user_id STRING, amount BIGINT"``.
         """
         namespace = ".".join([self.name, *self._parts(table)[:-1]])
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+        create_namespace(spark, namespace)
         properties = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS {self.identifier(table)} ({columns_ddl}) USING iceberg "
@@ -162,18 +162,11 @@ class IcebergTables:
         )
 
     def load_table(self, spark: SparkSession, table: str) -> Any:
-        """The table's Iceberg (Java) ``Table`` as of now, through ``spark``'s catalog.
-
-        Refs, snapshot summaries and ref updates go through this object rather than SQL:
-        a query of the ``.refs`` or ``.snapshots`` metadata table plans and runs a Spark
-        job (~50-100 ms each), where this reads one metadata file (a few ms). The catalog
-        does not cache (``cache-enabled=false``), so every load sees the latest commit.
-
-        ``spark`` is made the active session of the calling thread first: Spark finds a
-        catalog's settings in the *active* session's conf, and a thread that has not run
-        SQL on ``spark`` yet (a job recovering before its first barrier) has none, so the
-        catalog would not be found.
-        """
+        """The table's Iceberg (Java) ``Table`` as of now, through ``spark``'s catalog: one
+        metadata file read (a few ms) where a ``.refs`` or ``.snapshots`` query runs a Spark
+        job (~50-100 ms). The catalog does not cache, so every load sees the latest commit.
+        ``spark`` is made the calling thread's active session first: Spark finds a catalog's
+        settings there, and a thread that has run no SQL yet (a job recovering) has none."""
         jsession = spark._jsparkSession
         _java_class(spark, "org.apache.spark.sql.SparkSession").setActiveSession(jsession)
         spark3_util = _java_class(spark, "org.apache.iceberg.spark.Spark3Util")
@@ -490,3 +483,15 @@ def _java_class(spark: SparkSession, name: str) -> Any:
 
     jvm: Any = spark._jvm
     return JavaClass(name, jvm._gateway_client)
+
+
+def create_namespace(spark: SparkSession, namespace: str) -> None:
+    """``CREATE NAMESPACE IF NOT EXISTS``, also when another job's JVM creates it at once:
+    Iceberg's ``JdbcCatalog`` checks, then inserts, and the loser's insert fails on the key
+    (not as "already exists", which ``IF NOT EXISTS`` absorbs). Asked again, it finds the
+    namespace and does nothing; any other error fails the second time too."""
+    statement = f"CREATE NAMESPACE IF NOT EXISTS {namespace}"
+    try:
+        spark.sql(statement)
+    except Exception:  # py4j's or pyspark's wrapper of the JDBC error
+        spark.sql(statement)
