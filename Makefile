@@ -68,10 +68,11 @@ TEST_WORKERS ?= 2
 # to even the two sides). Most of the suite waits on JVMs and servers, so they share the
 # cores well.
 # And from the start, in a process of its own that mostly sleeps: a vended credential's
-# expiry (the store's STS issues nothing shorter than 900 s), its log in .expiry-tier.log.
+# expiry (the store's STS issues nothing shorter than 900 s), then the crash harness's
+# catch-up run (4 min of the main suite's time before), its log in .expiry-tier.log.
 SIDE_TESTS := tests/test_crash_object_store.py tests/test_bench_storage_smoke.py \
 	tests/test_vending_jobs.py tests/test_tutorial.py
-EXPIRY_TESTS := tests/test_vending_expiry.py
+EXPIRY_TESTS := tests/test_vending_expiry.py tests/test_crash_catch_up.py
 test: $(VENV)/.installed $(DBT_VENV)/.installed $(SPARK4_VENV)/.installed servers lint
 	@$(BIN)/pytest -p no:cacheprovider $(EXPIRY_TESTS) > .expiry-tier.log 2>&1 & expiry=$$!; \
 	( $(SPARK4_VENV)/bin/pytest -p no:cacheprovider $(SPARK4_TESTS); spark4=$$?; \
@@ -83,7 +84,8 @@ test: $(VENV)/.installed $(DBT_VENV)/.installed $(SPARK4_VENV)/.installed server
 	echo "== beside it: the Spark 4 tier ($(SPARK4_VENV)), then the object-store tier:"; \
 	grep -E "^(FAILED|ERROR) |^=+ .*(passed|failed|error)" .side-tiers.log; \
 	tail -n 30 .side-tiers.log; \
-	echo "== and a vended credential's expiry:"; tail -n 15 .expiry-tier.log; \
+	echo "== and a vended credential's expiry, then the catch-up crash run:"; \
+	grep -E "^(FAILED|ERROR) " .expiry-tier.log; tail -n 15 .expiry-tier.log; \
 	exit $$(( main || side || late ))
 
 # the Spark 4 tier alone

@@ -16,26 +16,15 @@ inconsistent read_uncommitted reads, which proves the checker sees a violation w
 is one. The run goes on (bounded) until it has made every fault it must and seen a
 read_uncommitted read mix barriers, so none of these depends on timing. The long version,
 every fault in both modes: ``make crash-check`` (``tools/crash_check.py``).
-
-And one short run with catch-up jobs (#47, ``tools/_crash_catch_up.py``), through the
-service: every job but one registered with ``catch_up``, the roots reading windows that
-span the barriers they take at once, barriers issued faster than the jobs run. Required
-besides the above: barriers were skipped (roots and the tables below), each table right at
-every barrier it has, no read_committed or repeatable_read read on a skipped barrier, the
-skipped ones exactly those ``__META_TABLE_SKIPPED`` lists, and no barrier a job started
-left unwritten (a replay after a crash takes the barrier it started). The long version:
-``make crash-check-catch-up``.
+(The catch-up run: ``tests/test_crash_catch_up.py``.)
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-from _crash_catch_up import order_window, shape_problems, user_window, with_catch_up
-from _crash_plan import RunResult
-from _crash_run import RunPlan
+from _crash_catch_up import order_window, shape_problems, user_window
 from _crash_truth import (
     Read,
     Truth,
@@ -48,24 +37,10 @@ from _crash_truth import (
     truth_rows,
 )
 from crash_check import run_once, summary
-from jdbc_catalog import require_driver_jar
-from pg_server import REQUIRE_ENV
-from support.postgres import postgres_bin
+from crash_plans import holds, require_postgres, short_plan
 
 POSTGRES = pytest.mark.postgres
 SEEDS = {"embedded": 11, "service": 12}  # the victims and faults they pick; timing varies
-CATCH_UP_SEED = 47
-# what each short run picks from (the long version: everything in both modes)
-WEIGHTS = {
-    "embedded": {"job_kill": 0.6, "coordinator_kill": 0.4},
-    "service": {
-        "job_kill": 0.25,
-        "coordinator_kill": 0.15,
-        "job_pause": 0.2,
-        "leader_pause": 0.2,
-        "pg_restart": 0.2,
-    },
-}
 
 
 # -- the checker itself (fast): it must see a violation when there is one ----------------------
@@ -160,93 +135,9 @@ def test_pipeline_survives_random_faults(
     its URLs."""
     service = coordinator == "service"
     if service:
-        _require_postgres()
-    result = run_once(_short_plan(coordinator, SEEDS[coordinator]), tmp_path, say=False)
+        require_postgres()
+    result = run_once(short_plan(coordinator, SEEDS[coordinator]), tmp_path, say=False)
     with capsys.disabled():  # the figures belong in the CI log
         print("\n" + summary([result]))
-    _holds(result, service=service)
+    holds(result, service=service)
     assert result.tables.versions_checked == 6 * result.barriers, result.tables.problems
-
-
-@pytest.mark.spark
-@pytest.mark.slow
-@POSTGRES
-def test_catch_up_pipeline_survives_random_faults(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Catch-up jobs (#47) through the service, every fault the service run makes: a job
-    paused until its replacement fenced it falls behind, as a killed one does."""
-    _require_postgres()
-    plan = with_catch_up(_short_plan("service", CATCH_UP_SEED))
-    result = run_once(plan, tmp_path, say=False)
-    with capsys.disabled():
-        print("\n" + summary([result]))
-    _holds(result, service=True)
-    caught = result.catch_up
-    assert caught is not None
-    assert caught.problems == []
-    assert caught.later["users"] + caught.later["orders"] > 0, caught.line()  # a root's window
-    assert caught.later["enriched"] + caught.later["report"] > 0, caught.line()
-    skipped = sum(caught.skipped.values())
-    assert result.tables.versions_checked == 6 * result.barriers - skipped
-    assert result.reads["read_committed"].on_skipped == 0
-    assert result.reads["repeatable_read"].on_skipped == 0
-
-
-def _require_postgres() -> None:
-    require_driver_jar()
-    if postgres_bin() is None:
-        reason = "PostgreSQL's initdb was not found (apt-get install postgresql)"
-        if os.environ.get(REQUIRE_ENV):
-            pytest.fail(f"the service run must run ({REQUIRE_ENV} is set) but {reason}")
-        pytest.skip(reason)
-
-
-def _short_plan(coordinator: str, seed: int) -> RunPlan:
-    service = coordinator == "service"
-    return RunPlan(
-        coordinator=coordinator,
-        seed=seed,
-        chaos_s=25.0,
-        # the minimums below are waited for, within this: a run stops as soon as it has
-        # them, but at a load of 30-40 on two cores a pause (its replacement's JVM) took
-        # minutes, and 240 s ended runs without one (#48 item 11)
-        extra_s=420.0,
-        kill_gap_s=(6.0, 14.0),
-        fault_probability=1.0,  # each restart after a random kill also dies at a protocol point
-        weights=WEIGHTS[coordinator],
-        min_job_kills=1,
-        min_coordinator_kills=1,
-        min_job_pauses=1 if service else 0,
-        min_leader_pauses=1 if service else 0,
-        min_pg_restarts=1 if service else 0,
-        min_ru_inconsistent=1,
-        outage_probability=0.0,  # the long version takes the whole service down too
-    )
-
-
-def _holds(result: RunResult, *, service: bool) -> None:
-    assert result.errors == [], "\n".join(result.errors)
-    tables = result.tables
-    assert result.barriers >= 2
-    assert (tables.rows_lost, tables.rows_duplicated, tables.rows_unexpected) == (0, 0, 0), (
-        tables.problems
-    )
-    assert tables.versions_missing == 0, tables.problems
-    assert tables.history_anomalies == 0, tables.problems
-    for level in ("read_committed", "repeatable_read"):
-        assert result.reads[level].reads > 0
-        assert result.reads[level].inconsistent == 0, result.reads[level].example
-    assert result.reads["repeatable_read"].went_backwards == 0
-    assert all(r.mislabelled == 0 for r in result.reads.values())
-    # the checker can see a violation: read_uncommitted mixes barriers
-    assert result.reads["read_uncommitted"].inconsistent > 0
-    assert result.job_kills > 0
-    assert result.coordinator_kills > 0
-    if service:  # another replica led and issued meanwhile; PostgreSQL came back; the
-        # paused job process, resumed after its replacement attached, was refused
-        assert result.leader_takeovers > 0
-        assert result.pg_restarts > 0
-        assert result.job_pauses > 0
-        assert result.fenced_exits == result.job_pauses
-    assert result.ok

@@ -28,7 +28,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TESTS = ("tests/test_crash_harness.py", "tests/test_crash_exec.py", "-n", "2")
+DEFAULT_TESTS = (
+    "tests/test_crash_harness.py",
+    "tests/test_crash_catch_up.py",
+    "tests/test_crash_exec.py",
+    "-n",
+    "2",
+)
 # the package's folders the installed lockstep.* maps (pyproject's package-dir)
 ROOMS = ("topology", "barrier", "readers", "meta_tables", "examples")
 
