@@ -327,7 +327,7 @@ def test_a_stop_signal_ends_an_idle_loop_at_once(
     )
     assert idle.stderr is not None
     assert "attached as instance" in idle.stderr.readline()
-    time.sleep(1.5)  # into its wait for a barrier
+    assert idle.stderr.readline().endswith("load: waiting for a barrier\n")  # its wait begins
     sent = time.monotonic()
     idle.send_signal(signum)
     status = idle.wait(timeout=30)

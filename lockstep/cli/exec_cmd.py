@@ -97,15 +97,18 @@ def _loop(
     written: list[int] = []
     timings: list[dict[str, float]] = []  # where each barrier's time went
     failures: list[dict[str, Any]] = []
-    jars = catalog_jars(job.catalog_uri, job.token)  # e.g. the AWS bundle for S3FileIO
+    jars: list[str] | None = None  # once a barrier came: loading the catalog takes a while
     looping = bool(args.loop or args.barriers)
     status, in_a_row = 0, 0
+    _say(f"{job.job_id}: waiting for a barrier")
     while barriers is None or len(written) < barriers:
         barrier = _wait(job, args.timeout, running.stop)
         if barrier is None or running.stop.is_set():
             # stopped while waiting (a barrier taken as the signal came is the next
             # exec's to run, as after a crash: no program was started for it)
             break
+        if jars is None:
+            jars = catalog_jars(job.catalog_uri, job.token)  # e.g. the AWS bundle for S3FileIO
         ended, timing = _run_barrier(job, barrier, command, args, running, state_dir, jars)
         status = ended.status
         if status == 0:
