@@ -26,9 +26,10 @@ $(VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(BIN)/python
 # Spark 4 tier in it: the demo, the Spark smoke tests, the exec examples (spawned and over
 # Spark Connect) and the engines' reads under each view.
 SPARK4_VENV := .venv-spark4
-SPARK4_TESTS := tests/test_spark_smoke.py tests/test_demo.py tests/test_exec_spark.py \
-	tests/test_iceberg_rest_engines.py tests/test_bench_exec_connect_smoke.py tests/test_run_remote.py \
-	tests/test_crash_exec.py::test_exec_programs_on_spark_connect_killed_at_random_lose_and_duplicate_nothing
+SPARK4_TESTS := tests/barrier/test_spark_smoke.py tests/end_to_end/test_demo.py \
+	tests/cli/test_exec_spark.py tests/service/iceberg/test_iceberg_rest_engines.py \
+	tests/bench/test_bench_exec_connect_smoke.py tests/cli/test_run_remote.py \
+	tests/end_to_end/test_crash_exec.py::test_exec_programs_on_spark_connect_killed_at_random_lose_and_duplicate_nothing
 $(SPARK4_VENV)/.installed: pyproject.toml $(PKG_DIRS) | $(VENV)/.installed
 	$(PYTHON) -m venv $(SPARK4_VENV)
 	$(SPARK4_VENV)/bin/pip install -q --upgrade pip
@@ -42,7 +43,7 @@ servers: $(VENV)/.installed
 	$(BIN)/python tools/_kafka.py --fetch > /dev/null
 	$(BIN)/python tools/_trino.py > /dev/null
 
-# dbt for tests/test_exec_dbt.py, in an environment of its own: a dbt project's models run
+# dbt for tests/cli/test_exec_dbt.py, in an environment of its own: a dbt project's models run
 # under `lockstep exec` like any program (and dbt 1.10's pins conflict with mypy's).
 DBT_VENV := .venv-dbt
 $(DBT_VENV)/.installed: examples/exec_shopping/dbt/requirements.txt
@@ -70,9 +71,9 @@ TEST_WORKERS ?= 2
 # And from the start, in a process of its own that mostly sleeps: a vended credential's
 # expiry (the store's STS issues nothing shorter than 900 s), then the crash harness's
 # catch-up run (4 min of the main suite's time before), its log in .expiry-tier.log.
-SIDE_TESTS := tests/test_crash_object_store.py tests/test_bench_storage_smoke.py \
-	tests/test_vending_jobs.py tests/test_tutorial.py
-EXPIRY_TESTS := tests/test_vending_expiry.py tests/test_crash_catch_up.py
+SIDE_TESTS := tests/end_to_end/test_crash_object_store.py tests/bench/test_bench_storage_smoke.py \
+	tests/service/iceberg/test_vending_jobs.py tests/end_to_end/test_tutorial.py
+EXPIRY_TESTS := tests/service/iceberg/test_vending_expiry.py tests/end_to_end/test_crash_catch_up.py
 test: $(VENV)/.installed $(DBT_VENV)/.installed $(SPARK4_VENV)/.installed servers lint
 	@$(BIN)/pytest -p no:cacheprovider $(EXPIRY_TESTS) > .expiry-tier.log 2>&1 & expiry=$$!; \
 	( $(SPARK4_VENV)/bin/pytest -p no:cacheprovider $(SPARK4_TESTS); spark4=$$?; \
@@ -154,9 +155,10 @@ CRASH_MINUTES ?= 10
 crash-check: $(VENV)/.installed
 	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --coordinator both
 
-# The long form of the engines' reads (CI runs the short one in tests/test_iceberg_rest_engines.py):
-# DuckDB, pyiceberg, Spark 3.5, Spark 4 and Trino, 100 reads each under every view while the
-# demo advances >= 20 barriers through the served catalog on PostgreSQL (an hour or more).
+# The long form of the engines' reads (CI runs the short one in
+# tests/service/iceberg/test_iceberg_rest_engines.py): DuckDB, pyiceberg, Spark 3.5, Spark 4
+# and Trino, 100 reads each under every view while the demo advances >= 20 barriers through
+# the served catalog on PostgreSQL (an hour or more).
 ENGINES_ARGS ?= --reads 100 --min-barriers 20
 engines-check: $(VENV)/.installed $(SPARK4_VENV)/.installed servers
 	$(BIN)/python tools/engines_check.py $(ENGINES_ARGS)

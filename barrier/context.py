@@ -1,6 +1,7 @@
 """Deprecated: import :class:`BarrierContext` from :mod:`lockstep.barrier.runtime.context`
 (or :mod:`lockstep.barrier.runtime`). Kept, warning, for code written from earlier READMEs,
-which showed this path; nothing in the repository imports it (``tests/test_layers.py``)."""
+which showed this path; nothing in the repository imports it
+(``tests/architecture/test_layers.py``)."""
 
 import warnings
 

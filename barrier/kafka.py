@@ -1,6 +1,6 @@
 """Deprecated: import the Kafka source from :mod:`lockstep.barrier.sources.kafka`. Kept,
 warning, for code written from earlier READMEs, which showed this path; nothing in the
-repository imports it (``tests/test_layers.py``)."""
+repository imports it (``tests/architecture/test_layers.py``)."""
 
 import warnings
 

@@ -7,7 +7,7 @@ distinct statement is run again under ``EXPLAIN ANALYZE`` (its first run's param
 its slowest's): the table prints how often it ran, its time at the driver, and the rows the
 plan read from tables and indexes beside the rows it returned or changed. A statement run
 for each job that reads many rows per row it returns is a planner trap: it grows with the
-number of jobs (``tests/test_postgres_plans.py`` fails on one at 500 jobs).
+number of jobs (``tests/meta_tables/store/test_postgres_plans.py`` fails on one at 500 jobs).
 
 With ``--group N`` the calls are applied in groups of N, as the service's group commit
 applies them (``apply_calls``: reads ahead, writes held and sent together), each step of a
@@ -30,7 +30,7 @@ from sqlalchemy import Engine, text
 
 from lockstep.meta_tables.store.sql.store import SqlMetadataStore
 
-ONCE, ALLOWED, PER_ROW = 3, 50, 8  # as tests/test_postgres_plans.py judges a plan
+ONCE, ALLOWED, PER_ROW = 3, 50, 8  # as tests/meta_tables/store/test_postgres_plans.py judges a plan
 
 
 def main() -> None:

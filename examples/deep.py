@@ -23,7 +23,7 @@ every table's contents at any barrier, computed in plain Python. Spark is import
 inside the steps, so the ground truth needs none.
 
 Run it: ``lockstep run lockstep.examples.deep:<job>`` per job (see ``JOBS``), or drive the
-runners in one process as ``tests/test_examples.py`` does.
+runners in one process as ``tests/end_to_end/test_examples.py`` does.
 """
 
 from __future__ import annotations

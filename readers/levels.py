@@ -9,7 +9,7 @@ views (``service/iceberg/pinned.py``: a common barrier). Everything that lists t
 lists :class:`ConsistencyLevel` (the CLI's ``--level``, the pinned views' warehouses), or
 :data:`LevelName` (the facade's type). So a new level on the same axes is one entry in the
 enum, in :data:`SEMANTICS`, in :data:`ABBREVIATIONS` and in :data:`LevelName`
-(``tests/test_levels.py`` checks that every place offers every level).
+(``tests/readers/test_levels.py`` checks that every place offers every level).
 
 >>> ConsistencyLevel.parse("Read-Committed").semantics
 Semantics(written_only=False, common_barrier=True)
@@ -40,7 +40,7 @@ class Semantics:
 
 LevelName = Literal["read_uncommitted", "read_committed", "repeatable_read"]
 """A level by its name, as the facade takes it: the values of :class:`ConsistencyLevel`
-(a type checker needs them spelled out; ``tests/test_levels.py`` keeps them equal)."""
+(a type checker needs them spelled out; ``tests/readers/test_levels.py`` keeps them equal)."""
 
 
 class ConsistencyLevel(str, enum.Enum):

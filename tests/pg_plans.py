@@ -1,5 +1,5 @@
 """The statements one barrier sends to a PostgreSQL store, and what the server read to
-answer each: for ``tests/test_postgres_plans.py`` and ``bench/plans.py``.
+answer each: for ``tests/meta_tables/store/test_postgres_plans.py`` and ``bench/plans.py``.
 
 A planner trap (a scan where a seek was meant) costs nothing at a test's size and grows
 with the number of jobs: at 1,000 jobs, looking up two tables' versions read 1,000 rows.

@@ -10,7 +10,7 @@ its own ``--basetemp``. A run that passes is removed but for pytest's output; a 
 is kept whole (pytest's output and every child's log) and named::
 
     .venv/bin/python tools/clean_clone_runs.py --runs 20
-    .venv/bin/python tools/clean_clone_runs.py --runs 3 -- tests/test_crash_exec.py -n 2
+    .venv/bin/python tools/clean_clone_runs.py --runs 3 -- tests/end_to_end/test_crash_exec.py -n 2
 
 By default the crash-harness tests under two workers (``make crash-harness-runs``).
 """
@@ -29,9 +29,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TESTS = (
-    "tests/test_crash_harness.py",
-    "tests/test_crash_catch_up.py",
-    "tests/test_crash_exec.py",
+    "tests/end_to_end/test_crash_harness.py",
+    "tests/end_to_end/test_crash_catch_up.py",
+    "tests/end_to_end/test_crash_exec.py",
     "-n",
     "2",
 )

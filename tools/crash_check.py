@@ -33,8 +33,8 @@ repeatable_read read may land on a barrier a table skipped, the skipped ones mus
 It prints runs, kills, barriers, reads and inconsistent reads per level, rows lost and
 duplicated (with catch-up, the barriers each table skipped), and exits 1 if anything was
 lost, duplicated or wrong, or if a read_committed or repeatable_read read was
-inconsistent. ``tests/test_crash_harness.py`` runs one short run per coordinator mode in
-CI (and one with catch-up), ``tests/test_crash_object_store.py`` one
+inconsistent. ``tests/end_to_end/test_crash_harness.py`` runs one short run per coordinator mode in
+CI (and one with catch-up), ``tests/end_to_end/test_crash_object_store.py`` one
 per coordinator mode on the object store.
 """
 

@@ -16,7 +16,7 @@ itself:
 
 FastAPI still declares those routes, so ``/openapi.json`` and ``/docs`` describe them,
 and an app without this middleware (``create_app(fast_path=False)``) answers them the
-usual way; ``tests/test_fast_path.py`` checks that both answer alike. Everything else
+usual way; ``tests/service/test_fast_path.py`` checks that both answer alike. Everything else
 (other routes, the front door in ``guard.py``, request metrics) is untouched.
 """
 

@@ -73,7 +73,7 @@ def _upsert(dialect: StoreDialect, every_table: bool) -> Insert:
 
     Named tables (``:tables``) with arrays (PostgreSQL) are unnested, each head computed
     from its name: given ``table_name IN (...)`` for a group's tables, the planner scanned
-    every table's row (``tests/test_postgres_plans.py``)."""
+    every table's row (``tests/meta_tables/store/test_postgres_plans.py``)."""
     name: ColumnElement[str]
     if every_table or not dialect.arrays:
         name = TableRow.__table__.c.table_name

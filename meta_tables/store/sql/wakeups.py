@@ -78,9 +78,9 @@ _READERS = (
 def _readers(arrays: bool) -> Select[str]:
     """The jobs reading any of ``:tables``. With arrays (PostgreSQL) the names are unnested
     and each one's readers sought by the index on the table: given ``table_name IN (...)``
-    for a group's tables, the planner scanned every job's sources (``tests/
-    test_postgres_plans.py``). ``OFFSET 0`` keeps the planner from flattening the seek
-    into a join it may then plan as that scan."""
+    for a group's tables, the planner scanned every job's sources
+    (``tests/meta_tables/store/test_postgres_plans.py``). ``OFFSET 0`` keeps the planner
+    from flattening the seek into a join it may then plan as that scan."""
     if not arrays:
         return _READERS
     names = unnested_names()

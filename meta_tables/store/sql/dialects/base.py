@@ -4,7 +4,7 @@ The store's statements are shared; where databases differ, a statement asks the 
 object of its connection (:func:`~lockstep.meta_tables.store.sql.dialects.of`) a capability
 flag or calls one of its hooks, as sqlglot's generator reads flags from its dialect class
 and dagster's MySQL storage overrides a few hooks. No module outside this package compares
-dialect names (``tests/test_layers.py`` checks it), so a new database is one new module
+dialect names (``tests/architecture/test_layers.py`` checks it), so a new database is one new module
 here, registered in ``dialects/__init__.py`` (docs/architecture.md, "Where a change goes").
 
 The flags (the defaults are the portable choice):

@@ -2,10 +2,10 @@
 
 PostgreSQL's planner seeks by key reliably when the keys arrive as rows (``unnest`` of an
 array, then ``LATERAL ... LIMIT 1`` per key), where an ``IN`` list or a join to a whole
-table let it scan (``tests/test_postgres_plans.py``). A group's inserts are one statement
-over its rows (a *set form*: ``INSERT ... SELECT`` from the unnested columns) rather than
-one execution a row. The meaning of each statement lives with its caller; only its
-PostgreSQL rendering is here.
+table let it scan (``tests/meta_tables/store/test_postgres_plans.py``). A group's inserts
+are one statement over its rows (a *set form*: ``INSERT ... SELECT`` from the unnested
+columns) rather than one execution a row. The meaning of each statement lives with its
+caller; only its PostgreSQL rendering is here.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from lockstep.cli.exec_sql import statements
 from lockstep.cli.main import main
 from lockstep.errors import InvalidRequestError
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "exec_shopping"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "exec_shopping"
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 from support.ports import free_port
 
-TUTORIAL = Path(__file__).resolve().parents[1] / "docs" / "tutorial.md"
+TUTORIAL = Path(__file__).resolve().parents[2] / "docs" / "tutorial.md"
 VENV_BIN = Path(sys.executable).parent
 PORT_LINE = "PORT=8765"
 BLOCK_TIMEOUT_S = 300.0  # one block (a Spark run on a busy 2-core machine takes ~1 min)
@@ -100,8 +100,8 @@ def parse_blocks(markdown: str) -> list[Block]:
         else:
             raise AssertionError(
                 f"docs/tutorial.md:{line}: ```{match['info']} is neither run nor checked by "
-                "tests/test_tutorial.py; use ```bash, ```LANG file=NAME, ```text (the output "
-                "of the bash block before it) or ```text figure"
+                "tests/end_to_end/test_tutorial.py; use ```bash, ```LANG file=NAME, ```text "
+                "(the output of the bash block before it) or ```text figure"
             )
     return blocks
 

@@ -7,9 +7,9 @@ repeatable_read read on a skipped barrier, the skipped ones exactly those
 ``__META_TABLE_SKIPPED`` lists, and no barrier a job started left unwritten (a replay
 after a crash takes the barrier it started). The long version: ``make crash-check-catch-up``.
 
-The other short runs and the checker's own tests: ``tests/test_crash_harness.py``. CI runs
-this one beside the main suite, after the vended credential's expiry (a process that
-otherwise sleeps), to keep the main suite's time down.
+The other short runs and the checker's own tests: ``tests/end_to_end/test_crash_harness.py``.
+CI runs this one beside the main suite, after the vended credential's expiry (a process
+that otherwise sleeps), to keep the main suite's time down.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.spark
 
-JOB_PROCESS = Path(__file__).with_name("job_process.py")
+JOB_PROCESS = Path(__file__).resolve().parents[1] / "job_process.py"
 BARRIERS = 3
 EMPTY = {2}  # the feed has no rows in barrier 2: an empty epoch crashes after PROCESSED too
 

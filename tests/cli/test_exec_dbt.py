@@ -25,7 +25,7 @@ pytest.importorskip("pyspark")
 pytest_plugins = ["iceberg_rest_fixtures"]
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROJECT = ROOT / "examples" / "exec_shopping" / "dbt"
 LOCKSTEP = str(Path(sys.executable).parent / "lockstep")
 BARRIERS = 2

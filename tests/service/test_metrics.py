@@ -37,7 +37,7 @@ from lockstep.service.metrics_pipeline import PipelineCollector, ReplicaFacts
 from lockstep.service.settings import ServiceSettings
 from lockstep.topology.model import JobSpec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 METRICS_TOKEN = "s3cret-metrics-token-1"
 
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}

@@ -33,7 +33,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 ROOMS = (
     "errors",
@@ -237,6 +237,13 @@ def test_modules_and_functions_are_small() -> None:
     assert size_breaches(sized_sources()) == []
 
 
+def test_test_files_have_unique_names() -> None:
+    """pytest's importlib mode names a test module by its file name alone (tests/ has no
+    ``__init__.py``): a second test_x.py in another folder would be taken for the first."""
+    names = [path.name for path in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted(names) == sorted(set(names))
+
+
 def _function(name: str, body_lines: int) -> str:
     return f"def {name}() -> None:\n" + "    x = 1\n" * (body_lines - 1)
 
@@ -309,10 +316,11 @@ def test_no_shim_is_imported_from_inside_the_repository() -> None:
 def test_an_import_of_a_shim_is_caught_with_file_and_line() -> None:
     sources = project_sources()
     files = sized_sources()
+    levels = "tests/readers/test_levels.py"
     planted = {
         "bench/meta_queries.py": "\nfrom lockstep.barrier import kafka\n",
         "lockstep/cli/main.py": "\nfrom lockstep.barrier.context import BarrierContext\n",
-        "tests/test_levels.py": "\n\ndef _lazy() -> None:\n    import lockstep.barrier.kafka\n",
+        levels: "\n\ndef _lazy() -> None:\n    import lockstep.barrier.kafka\n",
     }
     lines = {}
     for shown, added in planted.items():
@@ -323,7 +331,7 @@ def test_an_import_of_a_shim_is_caught_with_file_and_line() -> None:
         "shim lockstep.barrier.kafka: import lockstep.barrier.sources.kafka",
         f"lockstep/cli/main.py:{lines['lockstep/cli/main.py']}: imports the deprecated "
         "shim lockstep.barrier.context: import lockstep.barrier.runtime.context",
-        f"tests/test_levels.py:{lines['tests/test_levels.py']}: imports the deprecated "
+        f"{levels}:{lines[levels]}: imports the deprecated "
         "shim lockstep.barrier.kafka: import lockstep.barrier.sources.kafka",
     ]
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 pytest.importorskip("pyiceberg")
 pytest_plugins = ["iceberg_rest_fixtures"]
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "exec_shopping"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "exec_shopping"
 LOCKSTEP = str(Path(sys.executable).parent / "lockstep")
 
 

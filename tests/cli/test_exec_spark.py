@@ -29,7 +29,7 @@ pytest.importorskip("pyspark")
 pytest_plugins = ["iceberg_rest_fixtures"]
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "exec_shopping"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "exec_shopping"
 BIN = Path(sys.executable).parent
 BARRIERS = 2
 AGGREGATES = {"user_item_amount": "amount", "user_item_price": "price"}

@@ -5,7 +5,7 @@ First the rules, without a server: which object-store locations are under the wa
 mini``, tools/_seaweedfs.py) per module, a bucket, and the service with ``warehouse =
 "s3://lake/warehouse"``, its own ``io`` holding the store's admin keys and ``client_io``
 telling clients where the store is. Clients bring their own keys in the standard AWS
-variables (tests/test_vending.py has the catalog vend them; tests/test_vending_jobs.py
+variables (test_vending.py, beside this file, has the catalog vend them; test_vending_jobs.py
 runs the shopping demo on the store): stock pyiceberg, DuckDB and Spark read and write,
 the three-table pipeline advances while they read under each view, a purge deletes its
 table's objects and nothing else, and SeaweedFS restarts under the running service.

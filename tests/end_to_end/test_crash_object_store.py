@@ -9,7 +9,7 @@ with credentials vended by the store's STS: the job processes, the reader and th
 hold no storage key, and each job process says so on its ``catalog:`` line); and embedded
 (the barrier issuer process over the shared SQLite store, the tables in Iceberg's JDBC
 catalog on a SQLite file in the home, whose properties hold the store's keys). Required,
-as in ``tests/test_crash_harness.py``: every table at every barrier equals the ground
+as in ``tests/end_to_end/test_crash_harness.py``: every table at every barrier equals the ground
 truth, zero inconsistent read_committed and repeatable_read reads, a non-zero count of
 inconsistent read_uncommitted reads (the checker sees a violation when there is one), and
 every fault it must make made: a job kill, a coordinator kill, an S3 restart. The pauses,
@@ -118,7 +118,7 @@ def test_pipeline_on_an_object_store_survives_random_faults_and_s3_restarts(
         chaos_s=25.0,
         extra_s=240.0,  # the minimums below are waited for, within this
         kill_gap_s=(6.0, 14.0),
-        fault_probability=0.0,  # protocol points: tests/test_crash_harness.py
+        fault_probability=0.0,  # protocol points: tests/end_to_end/test_crash_harness.py
         weights=WEIGHTS,
         min_job_kills=1,
         min_coordinator_kills=1,

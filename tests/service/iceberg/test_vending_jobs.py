@@ -4,7 +4,7 @@ The shopping demo through the catalog on SeaweedFS (read back by pyiceberg, Duck
 Spark), then ``lockstep expire`` and ``lockstep repair`` by an admin holding no key; a
 program under ``lockstep exec``; the Kafka root source's orders example. No process but
 the service holds a storage key: each writes with what the catalog vends its instance or
-run. The store and the catalog's settings are tests/test_vending.py's.
+run. The store and the catalog's settings are tests/service/iceberg/test_vending.py's.
 """
 
 from __future__ import annotations
@@ -192,9 +192,7 @@ def test_a_program_under_exec_writes_its_sink_with_its_runs_vended_credential_on
     import lockstep
     from lockstep.examples.shopping import shopping_rows
 
-    root = (
-        Path(__file__).resolve().parent.parent / "examples" / "exec_shopping" / "load_shopping.py"
-    )
+    root = Path(__file__).resolve().parents[3] / "examples" / "exec_shopping" / "load_shopping.py"
     env = {k: v for k, v in os.environ.items() if k not in AWS_VARIABLES}
     with serve_catalog(tmp_path, vending_lines(s3), warehouse_uri=f"s3://{BUCKET}/exec") as svc:
         admin = lockstep.connect(svc.url, token=ADMIN_TOKEN)

@@ -3,7 +3,7 @@ own token (``service/iceberg/run_credentials.py``). Each rule has its test here:
 it may call (``RUN_CREDENTIAL_ROUTES``), only under its own run's view, only while the run
 lasts, until it expires, while its opener's token acts for the job, never on the service's
 own API, no role a token file grants. What exec hands the program is
-tests/test_exec_credentials.py."""
+tests/cli/test_exec_credentials.py."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ short-lived ones (``duration-s``), say when each expires (``s3.session-token-exp
 and hand a fresh one to the next load or ``GET .../credentials``. SeaweedFS's STS, like
 AWS's, issues nothing shorter than 900 s, so this test waits a quarter of an hour: ``make
 test`` runs it in a process of its own, from the start, beside the other tiers (it sleeps;
-the others work). The store and the catalog are tests/test_vending.py's.
+the others work). The store and the catalog are tests/service/iceberg/test_vending.py's.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ inconsistent read_uncommitted reads, which proves the checker sees a violation w
 is one. The run goes on (bounded) until it has made every fault it must and seen a
 read_uncommitted read mix barriers, so none of these depends on timing. The long version,
 every fault in both modes: ``make crash-check`` (``tools/crash_check.py``).
-(The catch-up run: ``tests/test_crash_catch_up.py``.)
+(The catch-up run: ``tests/end_to_end/test_crash_catch_up.py``.)
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from lockstep.facade import Lockstep
 
-BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
+BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
 BARRIERS = 2
 
 

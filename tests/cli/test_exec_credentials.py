@@ -2,9 +2,9 @@
 exec's token nor its caller's, and exec's folder (whose ``spark-defaults.conf`` holds it)
 goes when exec does; exec warns when it runs as admin. No JVM: the fast tier.
 
-What the run credential itself may do, rule by rule, is tests/test_run_credentials.py; each
-inherited credential exec takes out of the program's environment
-(``exec_env.INHERITED_CREDENTIALS``), tests/test_exec_env.py.
+What the run credential itself may do, rule by rule, is
+tests/service/iceberg/test_run_credentials.py; each inherited credential exec takes out of
+the program's environment (``exec_env.INHERITED_CREDENTIALS``), tests/cli/test_exec_env.py.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import pytest
 from jdbc_catalog import require_driver_jar
 from support.postgres import postgres_bin
 
-TOOLS = Path(__file__).resolve().parent.parent / "tools"
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
 MARK = "LOCKSTEP_REAPER_TEST"
 READY_S = 400.0  # the inner run's start-up: PostgreSQL, two replicas, two JVMs at work
 GONE_S = 90.0  # from the kill until nothing of the run is left
