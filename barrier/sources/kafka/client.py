@@ -16,6 +16,7 @@ import json
 import os
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -70,6 +71,26 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     if errors:
         raise errors[0]
     return result[0]
+
+
+class LoopThread:
+    """An asyncio event loop on a daemon thread, for clients that must stay on one loop."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="lockstep-kafka-loop", daemon=True
+        )
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        done: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return done.result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
 
 
 @asynccontextmanager

@@ -1,0 +1,205 @@
+"""A table's log in Kafka: its topic, and the writer that puts each published barrier's
+changes there in one transaction, exactly once.
+
+**Exactly once, by fencing and reading back.** The writer's transactional id is the
+table's (``lockstep-log.<table>``): a new writer (the job's next instance, a restart after a
+crash) starting on it makes Kafka abort whatever transaction an earlier one had open and
+refuse that one's later commits, as Lockstep fences the earlier job instance. Once started,
+the new writer reads which barrier the log ends at (the last marker every partition has,
+read as a ``read_committed`` consumer sees it), and writes only the published barriers after
+it. So a crash after a barrier is published and before its changes are committed in the log
+resolves one way: the next writer writes them, derived again from the table's published
+snapshots; a crash before the publish leaves nothing in the log (the transaction is aborted
+or was never begun), and the barrier is run again by the job.
+
+The writer is synchronous (the job runtime is): an event loop of its own runs aiokafka on a
+daemon thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lockstep.barrier.log.changelog import (
+    Change,
+    ChangelogError,
+    LogRecord,
+    change_record,
+    marker_record,
+    read_record,
+)
+from lockstep.barrier.sources.kafka.client import (
+    LoopThread,
+    aiokafka_module,
+    open_consumer,
+    partitions_of,
+)
+
+TOPIC_PREFIX = "lockstep.log."
+_TOPIC_UNSAFE = re.compile(r"[^a-zA-Z0-9._-]")
+
+
+class LogFencedError(ChangelogError):
+    """Another writer of the table's log started (the job's next instance) after this one."""
+
+
+def topic_of(table: str, prefix: str = TOPIC_PREFIX) -> str:
+    """The table's topic: ``lockstep.log.<table>`` (characters Kafka refuses become ``_``)."""
+    return prefix + _TOPIC_UNSAFE.sub("_", table)
+
+
+@dataclass(frozen=True)
+class LogPosition:
+    """Where a table's log ends: the last barrier every partition has a marker for (None:
+    none yet), and the partitions' end offsets as a ``read_committed`` consumer sees them."""
+
+    barrier: int | None
+    end_offsets: dict[int, int]
+
+
+class TableLogWriter:
+    """Writes barriers' changes of one table to its topic, one transaction each.
+
+    >>> writer = TableLogWriter(servers, "orders", key=("order_id",))  # doctest: +SKIP
+    >>> writer.start().barrier  # the last barrier the log holds, after fencing  # doctest: +SKIP
+    >>> writer.write(7, changes)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        servers: str,
+        table: str,
+        *,
+        key: Sequence[str] = (),
+        topic: str | None = None,
+        transactional_id: str | None = None,
+    ) -> None:
+        self.servers = servers
+        self.table = table
+        self.key = tuple(key)
+        self.topic = topic or topic_of(table)
+        self.transactional_id = transactional_id or f"lockstep-log.{table}"
+        self._loop: LoopThread | None = None
+        self._producer: Any = None
+        self._partitions: list[int] = []
+        self.position: LogPosition | None = None
+
+    def start(self) -> LogPosition:
+        """Fence every earlier writer of the table, and read where the log ends."""
+        loop = self._loop = LoopThread()
+        self._producer = loop.run(self._start_producer())
+        self.position = loop.run(log_position(self.servers, self.topic))
+        self._partitions = sorted(self.position.end_offsets)
+        return self.position
+
+    async def _start_producer(self) -> Any:
+        aiokafka = aiokafka_module()
+        producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=self.servers, transactional_id=self.transactional_id
+        )
+        await producer.start()  # InitProducerId: the earlier writer's transaction is aborted
+        return producer
+
+    def write(self, barrier: int, changes: Iterable[Change]) -> bool:
+        """Write ``barrier``'s changes and a marker per partition, in one transaction; False
+        (and nothing written) when the log holds ``barrier`` already."""
+        if self._loop is None or self.position is None:
+            raise ChangelogError("start() the log writer before writing")
+        last = self.position.barrier
+        if last is not None and barrier <= last:
+            return False
+        records = [
+            change_record(c, table=self.table, barrier=barrier, key=self.key) for c in changes
+        ]
+        try:
+            self._loop.run(self._write(barrier, records))
+        except aiokafka_module().errors.ProducerFenced as e:
+            raise LogFencedError(
+                f"table {self.table!r}: another writer of its log (the job's next instance) "
+                f"started after this one, which wrote nothing of barrier {barrier}: stop this "
+                "one (the other writes what the log lacks)"
+            ) from e
+        self.position = LogPosition(barrier, self.position.end_offsets)
+        return True
+
+    async def _write(self, barrier: int, records: list[LogRecord]) -> None:
+        producer = self._producer
+        marker = marker_record(table=self.table, barrier=barrier)
+        markers = [(marker, p) for p in self._partitions]  # one in every partition
+        async with producer.transaction():
+            sent = []
+            try:
+                for record, partition in [*((r, None) for r in records), *markers]:
+                    sent.append(
+                        await producer.send(
+                            self.topic,
+                            record.value,
+                            key=record.key,
+                            partition=partition,
+                            headers=list(record.headers),
+                        )
+                    )
+            finally:  # every delivery's outcome taken, whatever failed first
+                outcomes = await asyncio.gather(*sent, return_exceptions=True)
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+
+    def close(self) -> None:
+        """Stop the producer and its loop. A fenced producer leaves failed futures inside
+        aiokafka that nothing awaits: they are collected here, where their finalizers may
+        log, and not at a random later moment (one that came inside ``compile()`` met a
+        CPython 3.11 bug: "AST constructor recursion depth mismatch")."""
+        if self._loop is None:
+            return
+        if self._producer is not None:
+            self._loop.run(self._producer.stop())
+        self._loop.close()
+        self._loop = self._producer = None
+        gc.collect()
+
+
+async def log_position(servers: str, topic: str) -> LogPosition:
+    """The last barrier with a marker in every partition of ``topic``, read committed."""
+    async with open_consumer(servers, isolation_level="read_committed") as consumer:
+        partitions = await partitions_of(consumer, [topic])
+        consumer.assign(partitions)
+        ends = await consumer.end_offsets(partitions)
+        starts = await consumer.beginning_offsets(partitions)
+        last: list[int | None] = []
+        for tp in partitions:
+            last.append(await _last_marker(consumer, tp, starts[tp], ends[tp]))
+    known = [b for b in last if b is not None]
+    barrier = min(known) if len(known) == len(last) and known else None
+    return LogPosition(barrier, {tp.partition: ends[tp] for tp in partitions})
+
+
+async def _last_marker(consumer: Any, tp: Any, start: int, end: int) -> int | None:
+    """The newest marker's barrier in ``tp`` before ``end``: read back from the end in
+    growing windows (a partition's last records are its last barrier's marker, unless a
+    transaction's control record follows)."""
+    window = 64
+    while True:
+        begin = max(start, end - window)
+        found: int | None = None
+        consumer.seek(tp, begin)
+        position, idle = begin, 0
+        while position < end and idle < 10:  # (10 empty fetches: the rest is control records)
+            batch = await consumer.getmany(tp, timeout_ms=500)
+            for record in batch.get(tp, []):
+                if record.offset >= end:
+                    break
+                read = read_record(record.key, record.value, record.headers or ())
+                if read.change is None:
+                    found = read.barrier
+            moved = await consumer.position(tp)
+            idle = 0 if moved > position else idle + 1
+            position = moved
+        if found is not None or begin == start:
+            return found
+        window *= 4
