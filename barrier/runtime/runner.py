@@ -38,6 +38,7 @@ from lockstep.barrier.ports import JobRuntimeStore
 from lockstep.barrier.runtime.context import BarrierContext
 from lockstep.barrier.runtime.heartbeat import HEARTBEAT_S, Heartbeat
 from lockstep.barrier.runtime.lineage import lineage_emitter
+from lockstep.barrier.runtime.log_port import JobLogPort, LogTierPort
 from lockstep.barrier.runtime.spans import span
 from lockstep.barrier.runtime.staging import StagedSinks
 from lockstep.barrier.session import WAIT_CHUNK_S, JobSession
@@ -74,6 +75,7 @@ class Job:
     root_sources: Sequence[RootSource] = ()
     schemas: Mapping[str, str] = field(default_factory=dict)
     catch_up: bool = False
+    log: JobLogPort | None = None  # its sinks' log tier (``lockstep.barrier.log.tier``)
 
     def spec(self) -> JobSpec:
         return JobSpec(
@@ -116,6 +118,7 @@ class JobRunner:
         self._lineage = lineage_emitter(store, job.spec(), tables)  # OpenLineage, if configured
         tables.register_catalog(spark)
         self._sinks = StagedSinks(tables, spark, job.job_id, tuple(job.sinks))
+        self._log: LogTierPort | None = None
 
     @property
     def session(self) -> JobSession:
@@ -133,6 +136,7 @@ class JobRunner:
             self.spark = self.tables.instance_session(self.spark, self.job.job_id, instance.token)
         self._sinks = StagedSinks(self.tables, self.spark, self.job.job_id, tuple(self.job.sinks))
         self.recover()
+        self._start_log()
         self._interrupted = False
         return self._session
 
@@ -348,12 +352,20 @@ class JobRunner:
                 written = self.session.report_written(barrier_id, published)
         try:
             self._lineage.completed(barrier_id, written)
+            if self._log is not None:
+                self._log.written(barrier_id, written)
             self._after_written(barrier_id)
             _fault_point("after_written", barrier_id, self.job.job_id)
         except BaseException:
             handoff.close()
             raise
         return handoff
+
+    def close(self) -> None:
+        """Stop the log tier's writers (the job's instance stays attached)."""
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -378,6 +390,21 @@ class JobRunner:
             log.warning(
                 "%s: could not report the failed run of barrier %d: %s", job_id, barrier_id, e
             )
+
+    def _start_log(self) -> None:
+        """The log tier's writers, once recovery has published what it had to: they fence
+        the previous instance's and write what the logs lack of the job's barriers."""
+        if self.job.log is None:
+            return
+        self.close()
+        self._log = self.job.log.open(
+            self.job.sinks,
+            spark=self.spark,
+            identifier=self.tables.identifier,
+            version_at=self.store.version_as_of,
+        )
+        progress = self.store.job_progress(self.job.job_id)
+        self._log.start(sorted(p.barrier_id for p in progress if p.written_at is not None))
 
     def _after_written(self, barrier_id: int) -> None:
         """Each root source's after-WRITTEN hook, with its persisted cut of the barrier. The

@@ -1,0 +1,141 @@
+"""A job's log tier: after each barrier it publishes, its sinks' changes go to their logs.
+
+Opt-in per job (``Job(..., log=JobLog(servers, keys={"orders": ("order_id",)}))``): every
+sink gets a :class:`~lockstep.barrier.log.kafka_log.TableLogWriter`, started when the job's
+instance is (fencing the previous instance's writers, as Lockstep fences the instance).
+A barrier's changes are derived from the table's published versions, the one at the barrier
+against the one before, so they are the same whoever writes them: after a crash between the
+publish and the log's commit, the next instance writes them (:meth:`LogTier.catch_up`), and
+a barrier the log holds is never written twice.
+
+The log is written after WRITTEN: the barrier is final and readable as a snapshot by then,
+and the log never holds a barrier that was not published (Kafka's own two-phase commit,
+KIP-939, is not in the Python clients; committing a transaction another process prepared is
+what Flink does through the Java producer's internals). A log write that fails (the broker
+down) is logged and made up at the next barrier or the next start; the job goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockstep.barrier.log.changelog import changes_between
+from lockstep.barrier.log.kafka_log import TOPIC_PREFIX, TableLogWriter, topic_of
+from lockstep.barrier.model import TableVersion
+
+log = logging.getLogger("lockstep.log")
+RowsAt = Callable[[str, int | None], Iterable[Mapping[str, Any]]]  # (table, snapshot) -> rows
+VersionAt = Callable[[str, int], TableVersion | None]  # (table, barrier) -> newest <= barrier
+
+
+@dataclass(frozen=True)
+class JobLog:
+    """Which of a job's sinks have a log, where, and each one's primary key (none: changes
+    are whole-row inserts and deletes)."""
+
+    servers: str
+    tables: Sequence[str] | None = None  # None: every sink
+    keys: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    topic_prefix: str = TOPIC_PREFIX
+
+    def open(
+        self,
+        sinks: Sequence[str],
+        *,
+        spark: Any,
+        identifier: Callable[[str], str],
+        version_at: VersionAt,
+    ) -> LogTier:
+        """The writers of a job instance's sinks, reading snapshots with ``spark``."""
+        return LogTier(self, sinks, rows_at=spark_rows_at(spark, identifier), version_at=version_at)
+
+
+class LogTier:
+    """The log writers of one job instance's sinks."""
+
+    def __init__(
+        self, spec: JobLog, sinks: Sequence[str], *, rows_at: RowsAt, version_at: VersionAt
+    ) -> None:
+        tables = [t for t in sinks if spec.tables is None or t in spec.tables]
+        self._writers = {
+            t: TableLogWriter(
+                spec.servers,
+                t,
+                key=tuple(spec.keys.get(t, ())),
+                topic=topic_of(t, spec.topic_prefix),
+            )
+            for t in tables
+        }
+        self._rows_at = rows_at
+        self._version_at = version_at
+        self._failed: dict[str, list[int]] = {}  # barriers a write failed for, by table
+
+    def start(self, written: Sequence[int]) -> None:
+        """Fence the previous instance's writers; write what the logs lack of ``written``
+        (the barriers the job has published, oldest first)."""
+        for writer in self._writers.values():
+            writer.start()
+        self.catch_up(written)
+
+    def catch_up(self, written: Sequence[int]) -> None:
+        """Write every barrier of ``written`` that a table's log does not hold yet."""
+        for table, writer in self._writers.items():
+            last = writer.position.barrier if writer.position is not None else None
+            for barrier in written:
+                if last is None or barrier > last:
+                    self._write(table, writer, barrier)
+
+    def written(self, barrier_id: int, versions: Sequence[TableVersion]) -> None:
+        """``barrier_id`` is published with ``versions``: write its changes, after those of
+        any barrier whose write failed before (the log stays in barrier order)."""
+        for version in versions:
+            writer = self._writers.get(version.table)
+            if writer is None or version.barrier_id != barrier_id:
+                continue
+            waiting = self._failed.setdefault(version.table, [])
+            waiting.append(barrier_id)
+            try:
+                while waiting:
+                    self._write(version.table, writer, waiting[0])
+                    waiting.pop(0)
+            except Exception as e:  # the barrier is final; the log gets it later
+                log.warning(
+                    "%s: the log of barrier(s) %s was not written (%s); the job's next "
+                    "barrier or start writes it",
+                    version.table,
+                    waiting,
+                    e,
+                )
+
+    def _write(self, table: str, writer: TableLogWriter, barrier: int) -> None:
+        current = self._version_at(table, barrier)
+        if current is None or current.barrier_id != barrier:
+            return  # the table has no version of this barrier (skipped by a catch-up run)
+        previous = self._version_at(table, barrier - 1)
+        before = [] if previous is None else self._rows_at(table, previous.snapshot_id)
+        after = self._rows_at(table, current.snapshot_id)
+        writer.write(barrier, changes_between(before, after, key=writer.key))
+
+    def close(self) -> None:
+        for writer in self._writers.values():
+            writer.close()
+
+
+def spark_rows_at(spark: Any, identifier: Callable[[str], str]) -> RowsAt:
+    """Rows of a table's snapshot, read by Spark (``identifier``: the table's name in the
+    session's catalog)."""
+
+    def rows(table: str, snapshot_id: int | None) -> list[dict[str, Any]]:
+        if snapshot_id is None:  # the table had no snapshot yet
+            return []
+        frame = (
+            spark.read.format("iceberg")
+            .option("snapshot-id", str(snapshot_id))
+            .load(identifier(table))
+        )
+        return [row.asDict(recursive=True) for row in frame.collect()]
+
+    return rows
