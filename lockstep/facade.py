@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -11,12 +11,17 @@ import pyarrow as pa
 
 from lockstep.barrier.iceberg.catalog import IcebergCatalog
 from lockstep.barrier.iceberg.tables import IcebergTables
+from lockstep.barrier.log.changelog import Change
+from lockstep.barrier.log.kafka_log import TOPIC_PREFIX, topic_of
 from lockstep.barrier.model import Barrier, Revision, TableStatus
 from lockstep.barrier.session import JobSession
+from lockstep.barrier.sources.kafka.client import bootstrap_servers
 from lockstep.config import TOKEN_ENV, LockstepConfig
 from lockstep.errors import ConfigurationError, LockstepError
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.readers.levels import LevelName
+from lockstep.readers.log_stream import from_snapshot
+from lockstep.readers.log_stream import stream as log_stream
 from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, SnapshotSet
 from lockstep.readers.session import ReadSession
 from lockstep.stores import open_store
@@ -150,6 +155,47 @@ class Lockstep:
             holder=holder or f"pid:{os.getpid()}",
         )
         return ReadSession(self.store, lease, self.iceberg if self.catalog is not None else None)
+
+    def stream(
+        self,
+        tables: str | Sequence[str],
+        *,
+        servers: str | None = None,
+        scan: Literal["full", "latest", "from-barrier"] = "full",
+        level: Level = "read_committed",
+        from_barrier: int | None = None,
+        topic_prefix: str = TOPIC_PREFIX,
+        idle_s: float | None = None,
+    ) -> Iterator[tuple[int, dict[str, list[Change]]]]:
+        """The tables' changes barrier by barrier from their logs (docs/log.md): ``full``,
+        their snapshots at the newest barrier ``level`` reads (every row an insert), then
+        the logs after it; ``latest``, only what comes after that barrier; ``from-barrier``,
+        the logs from ``from_barrier`` on. ``servers``: Kafka's, else ``$KAFKA_BOOTSTRAP``.
+        ``idle_s``: end when nothing came for that long (None: never)."""
+        names = _table_list(tables)
+        servers = bootstrap_servers(servers)
+        topics = {t: topic_of(t, topic_prefix) for t in names}
+        if scan == "from-barrier":
+            if from_barrier is None:
+                raise ConfigurationError("scan='from-barrier' needs from_barrier=B")
+            return log_stream(servers, names, after=from_barrier - 1, topics=topics, idle_s=idle_s)
+        if scan not in ("full", "latest"):
+            raise ConfigurationError(f"scan={scan!r}: use 'full', 'latest' or 'from-barrier'")
+        start = self.resolve(names, level)
+        if start.barrier_id is None:
+            raise ConfigurationError(
+                f"{level} gives the tables no common barrier to start a stream at: use "
+                "read_committed or repeatable_read"
+            )
+        rows = None
+        if scan == "full":
+            rows = {
+                t: [] if sid is None else self.iceberg.arrow_at(t, sid).to_pylist()
+                for t, sid in start.snapshots.items()
+            }
+        return from_snapshot(
+            servers, names, barrier=start.barrier_id, rows=rows, topics=topics, idle_s=idle_s
+        )
 
     # -- Iceberg and Spark ------------------------------------------------------------------
 

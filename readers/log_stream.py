@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,3 +115,21 @@ async def _assign_from_the_beginning(consumer: Any, topics: list[str]) -> list[A
     consumer.assign(tps)
     await consumer.seek_to_beginning(*tps)
     return tps
+
+
+def from_snapshot(
+    servers: str,
+    tables: Sequence[str],
+    *,
+    barrier: int,
+    rows: Mapping[str, Iterable[Mapping[str, Any]]] | None,
+    topics: Mapping[str, str] | None = None,
+    idle_s: float | None = None,
+) -> Iterator[Batch]:
+    """A stream that starts at ``barrier``: with ``rows`` (the tables' snapshots at it, a
+    ``full`` scan), first ``(barrier, every row as an insert)``; then the logs' barriers
+    after it. No gap and no duplicate: the snapshot holds every change up to ``barrier``
+    and the log's next barrier holds the changes from that snapshot on."""
+    if rows is not None:
+        yield barrier, {t: [Change("c", None, dict(r)) for r in rows.get(t, ())] for t in tables}
+    yield from stream(servers, tables, after=barrier, topics=topics, idle_s=idle_s)

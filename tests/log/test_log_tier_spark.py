@@ -2,7 +2,9 @@
 sink has a log writes each barrier's changes there, and a read of the log gives, barrier
 by barrier, exactly the changes between the table's published snapshots (read by pyiceberg,
 not by the runtime's Spark); a barrier published by an instance that never wrote its log
-(a crash after the publish) is written by the next instance's start, once."""
+(a crash after the publish) is written by the next instance's start, once; a hybrid
+consumer (``Lockstep.stream``, scan ``full``) started midway gets the table at its barrier,
+then every later barrier's changes, with no gap and no duplicate."""
 
 from __future__ import annotations
 
@@ -50,6 +52,9 @@ def test_each_barriers_changes_reach_the_log_and_a_crash_after_the_publish_loses
         spark_ls.issue_barrier()
         assert first.run(until_idle=True) == 1
     first.close()
+    # a hybrid consumer starts here: the table at barrier 3 from Iceberg, then the log
+    hybrid = spark_ls.stream("orders", servers=kafka_bootstrap, topic_prefix=prefix, idle_s=3)
+    assert next(hybrid) == (3, {"orders": [Change("c", None, r) for r in _rows_at(spark_ls, 3)]})
     # an instance that publishes barrier 4 and dies before its log is written
     silent = JobRunner(spark_ls.store, orders_job(None), spark_base.newSession(), spark_ls.iceberg)
     spark_ls.issue_barrier()
@@ -65,16 +70,19 @@ def test_each_barriers_changes_reach_the_log_and_a_crash_after_the_publish_loses
     for barrier, changes in read:
         assert _sorted(changes["orders"]) == _sorted(_truth(spark_ls, barrier))
     assert {c.op for _, changes in read for c in changes["orders"]} == {"c", "u", "d"}
+    later = list(hybrid)  # no gap, no duplicate after its snapshot
+    assert later == read[3:]
+
+
+def _rows_at(ls: Lockstep, barrier: int) -> list[dict[str, Any]]:
+    version = ls.store.version_as_of("orders", barrier) if barrier > 0 else None
+    snapshot = version.snapshot_id if version is not None else None
+    return [] if snapshot is None else ls.iceberg.arrow_at("orders", snapshot).to_pylist()
 
 
 def _truth(ls: Lockstep, barrier: int) -> list[Change]:
     """The changes between the table's snapshots at ``barrier - 1`` and ``barrier``."""
-    rows: list[list[dict[str, Any]]] = []
-    for b in (barrier - 1, barrier):
-        version = ls.store.version_as_of("orders", b) if b > 0 else None
-        snapshot = version.snapshot_id if version is not None else None
-        rows.append([] if snapshot is None else ls.iceberg.arrow_at("orders", snapshot).to_pylist())
-    return changes_between(rows[0], rows[1], key=("id",))
+    return changes_between(_rows_at(ls, barrier - 1), _rows_at(ls, barrier), key=("id",))
 
 
 def _sorted(changes: list[Change]) -> list[str]:
