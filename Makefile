@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find lockstep topology barrier readers meta_tables examples -type d -not -name __pycache__)
 
 .PHONY: demo test test-fast test-spark4 servers lint typecheck format clean bench bench-coordinator bench-scaling \
-	bench-pipeline bench-platform bench-exec bench-exec-connect bench-pace bench-health crash-check crash-check-exec \
+	bench-pipeline bench-platform bench-exec bench-exec-connect bench-pace bench-health bench-log crash-check crash-check-exec \
 	crash-check-s3 crash-check-catch-up crash-harness-runs demo-s3 bench-storage engines-check
 
 # The venv, with the project installed editable (strict mode: a link tree that type checkers
@@ -150,6 +150,10 @@ bench-pace: $(VENV)/.installed
 # served catalog (#48): 10 rounds of a baseline and a flood of 300 loads (~2 min here)
 bench-health: $(VENV)/.installed
 	$(BIN)/python bench/health_under_load.py
+
+# the log tier (#50): issue -> log consumer beside issue -> snapshot, and the log's cost to a job
+bench-log: $(VENV)/.installed
+	$(BIN)/python bench/log_tier.py
 
 CRASH_MINUTES ?= 10
 crash-check: $(VENV)/.installed

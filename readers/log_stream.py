@@ -19,6 +19,7 @@ the snapshots sees.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -55,9 +56,11 @@ def stream(
     after: int | None = None,
     topics: Mapping[str, str] | None = None,
     idle_s: float | None = None,
+    stop: threading.Event | None = None,
 ) -> Iterator[Batch]:
     """Every barrier after ``after`` that the tables' logs have passed, in order, with each
-    table's changes of it; until no record has come for ``idle_s`` (None: never ends)."""
+    table's changes of it; until no record has come for ``idle_s`` (None: never ends) or
+    ``stop`` is set (seen within 0.2 s)."""
     topic_by_table = {t: (topics or {}).get(t) or topic_of(t) for t in tables}
     loop = LoopThread()
     opened = AsyncExitStack()
@@ -65,7 +68,7 @@ def stream(
         consumer = loop.run(
             opened.enter_async_context(open_consumer(servers, isolation_level="read_committed"))
         )
-        yield from _read(loop, consumer, topic_by_table, after, idle_s)
+        yield from _read(loop, consumer, topic_by_table, after, idle_s, stop)
     finally:
         loop.run(opened.aclose())
         loop.close()
@@ -77,6 +80,7 @@ def _read(
     topic_by_table: Mapping[str, str],
     after: int | None,
     idle_s: float | None,
+    stop: threading.Event | None,
 ) -> Iterator[Batch]:
     table_by_topic = {topic: table for table, topic in topic_by_table.items()}
     tps = loop.run(_assign_from_the_beginning(consumer, list(topic_by_table.values())))
@@ -87,7 +91,7 @@ def _read(
     seen: set[int] = set()
     done = after if after is not None else -1
     last_record = time.monotonic()
-    while True:
+    while stop is None or not stop.is_set():
         batches = loop.run(consumer.getmany(timeout_ms=200))
         for tp, records in batches.items():
             log = logs[table_by_topic[tp.topic]]
