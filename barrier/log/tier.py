@@ -72,6 +72,7 @@ class LogTier:
         self._rows_at = rows_at
         self._version_at = version_at
         self._failed: dict[str, list[int]] = {}  # barriers a write failed for, by table
+        self._kept: dict[str, tuple[int | None, list[Mapping[str, Any]]]] = {}
 
     def start(self, written: Sequence[int]) -> None:
         """Fence the previous instance's writers; write what the logs lack of ``written``
@@ -115,9 +116,19 @@ class LogTier:
         if current is None or current.barrier_id != barrier:
             return  # the table has no version of this barrier (skipped by a catch-up run)
         previous = self._version_at(table, barrier - 1)
-        before = [] if previous is None else self._rows_at(table, previous.snapshot_id)
-        after = self._rows_at(table, current.snapshot_id)
+        before = [] if previous is None else self._rows(table, previous.snapshot_id)
+        after = self._rows(table, current.snapshot_id)
         writer.write(barrier, changes_between(before, after, key=writer.key))
+
+    def _rows(self, table: str, snapshot_id: int | None) -> list[Mapping[str, Any]]:
+        """The rows of ``table``'s snapshot: the last one read is kept, since a barrier's
+        version is the next barrier's previous one (one snapshot read a barrier, not two)."""
+        kept = self._kept.get(table)
+        if kept is not None and kept[0] == snapshot_id:
+            return kept[1]
+        rows = list(self._rows_at(table, snapshot_id))
+        self._kept[table] = (snapshot_id, rows)
+        return rows
 
     def close(self) -> None:
         for writer in self._writers.values():
