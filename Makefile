@@ -70,10 +70,12 @@ TEST_WORKERS ?= 2
 # cores well.
 # And from the start, in a process of its own that mostly sleeps: a vended credential's
 # expiry (the store's STS issues nothing shorter than 900 s), then the crash harness's
-# catch-up run (4 min of the main suite's time before), its log in .expiry-tier.log.
+# catch-up run and its other short runs (7 min of the main suite's time before: main took
+# 28.5 min with them), its log in .expiry-tier.log.
 SIDE_TESTS := tests/end_to_end/test_crash_object_store.py tests/bench/test_bench_storage_smoke.py \
 	tests/service/iceberg/test_vending_jobs.py tests/end_to_end/test_tutorial.py
-EXPIRY_TESTS := tests/service/iceberg/test_vending_expiry.py tests/end_to_end/test_crash_catch_up.py
+EXPIRY_TESTS := tests/service/iceberg/test_vending_expiry.py tests/end_to_end/test_crash_catch_up.py \
+	tests/end_to_end/test_crash_harness.py
 test: $(VENV)/.installed $(DBT_VENV)/.installed $(SPARK4_VENV)/.installed servers lint
 	@$(BIN)/pytest -p no:cacheprovider $(EXPIRY_TESTS) > .expiry-tier.log 2>&1 & expiry=$$!; \
 	( $(SPARK4_VENV)/bin/pytest -p no:cacheprovider $(SPARK4_TESTS); spark4=$$?; \
