@@ -43,7 +43,7 @@ from lockstep.barrier.runtime.spans import span
 from lockstep.barrier.runtime.staging import StagedSinks
 from lockstep.barrier.session import WAIT_CHUNK_S, JobSession
 from lockstep.barrier.sources.base import AfterWritten, RootSource
-from lockstep.errors import JobStepError, LockstepError
+from lockstep.errors import FencedError, JobStepError, LockstepError
 from lockstep.topology.model import JobSpec
 
 if TYPE_CHECKING:
@@ -378,6 +378,10 @@ class JobRunner:
         except LockstepError:
             raise
         except Exception as e:
+            try:  # a fenced instance's step can fail first on its replacement's commits
+                self.session.ensure_current()  # (Iceberg: "concurrently modified"): say so
+            except FencedError as fenced:
+                raise fenced from e
             raise JobStepError(self.job.job_id, ctx.barrier.barrier_id, e) from e
 
     def _report_failed(self, barrier_id: int, error: JobStepError) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from spark_checks import main_barrier_history
 
-from lockstep import JobStepError
+from lockstep import FencedError, JobStepError
 from lockstep.barrier.iceberg.tables import IcebergError, IcebergTables
 from lockstep.barrier.model import VersionState
 from lockstep.barrier.runtime.context import BarrierContext
@@ -128,3 +128,23 @@ def test_run_resumes_after_a_failed_publish(spark_ls: Lockstep, spark_base: Spar
     assert runner.run(until_idle=True) == 1
     assert [v.state for v in spark_ls.store.table_versions("events")] == [VersionState.WRITTEN] * 2
     assert main_barrier_history(tables, "events") == ([1, 2], [1, 2])
+
+
+def test_a_step_that_fails_after_its_instance_was_fenced_says_fenced(
+    spark_ls: Lockstep, spark_base: SparkSession
+) -> None:
+    """A paused instance resumed after its replacement attached can fail in its step first
+    (Iceberg: "the table has been concurrently modified"): the runner says FencedError, as
+    a fenced report would, not that the step is at fault."""
+
+    def step(ctx: BarrierContext) -> None:
+        spark_ls.store.attach("fenced_midway")  # the replacement attaches meanwhile
+        raise Crash("the table has been concurrently modified")
+
+    job = Job("fenced_midway", step=step, sinks=["events"])
+    runner = JobRunner(spark_ls.store, job, spark_base.newSession(), spark_ls.iceberg)
+    runner.start()
+    spark_ls.issue_barrier()
+    with pytest.raises(FencedError) as fenced:
+        runner.run(until_idle=True)
+    assert isinstance(fenced.value.__cause__, Crash)
