@@ -36,6 +36,7 @@ from typing import Any
 
 from _output import format_rows, machine, say, write_json
 from _pipeline_lockstep import open_home
+from _timing import percentile
 
 from lockstep.barrier.log.tier import JobLog
 from lockstep.barrier.runtime.context import BarrierContext
@@ -140,14 +141,12 @@ def run(ls: Any, servers: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float]:
-    """p50 and p99 (the highest below 100 values) of ``values``.
+    """The median and the nearest-rank p99 (``_timing.percentile``) of ``values``.
 
     >>> _percentiles([3.0, 1.0, 2.0])
     {'p50': 2.0, 'p99': 3.0}
     """
-    ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-    return {"p50": statistics.median(ordered), "p99": p99}
+    return {"p50": statistics.median(values), "p99": percentile(values, 99)}
 
 
 @contextmanager
