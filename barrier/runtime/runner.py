@@ -313,11 +313,19 @@ class JobRunner:
             )
             # Lockstep's REST catalog stamps the barrier itself (no private Iceberg API)
             tagging = nullcontext() if self._guarded else commit_properties(self.spark, tags)
-            with tagging, span("step"):
-                self._step(ctx)
-                ctx.finish()  # an empty tagged commit for every sink the step did not write
+            instance = None if self._guarded else self.session.token
+            try:
+                with tagging, span("step"):
+                    self._step(ctx)
+                    ctx.finish()  # an empty tagged commit for every sink the step did not write
+            except JobStepError:
+                # the step can fail on a fenced instance's late commit to a branch (Iceberg:
+                # "concurrently modified"): that is no failed run, the barrier is staged again
+                if instance is None or self._sinks.staged(b, instance) is not None:
+                    raise
+                continue
             _fault_point("after_stage", b, job_id)
-            staged = self._sinks.staged(b, None if self._guarded else self.session.token)
+            staged = self._sinks.staged(b, instance)
         with span("report_processed"):
             self.session.report_processed(b, staged)
         _fault_point("after_processed", b, job_id)

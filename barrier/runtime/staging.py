@@ -70,12 +70,14 @@ class StagedSinks:
 
     def staged(self, barrier_id: int, instance: int | None) -> dict[str, int | None] | None:
         """Each sink's staged head after the step, or None if a fenced instance committed
-        to a branch meanwhile: then every branch is reset, and the step must run again.
+        to a branch meanwhile: then every branch is reset, and the step must run again
+        (asked after a step that failed too: it can fail on such a commit).
         ``instance``: this instance's token (None: the catalog fences commits itself)."""
         with span("staged"):
             states = {
                 t: self.tables.staged_state(self.spark, t, self.job_id, instance)
                 for t in self.sinks
+                if self.exists(t)  # all of them after a step; after a failed one, maybe not
             }
         foreign = {t: s.foreign for t, s in states.items() if s.foreign}
         if not foreign:

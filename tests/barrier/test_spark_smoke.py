@@ -10,7 +10,13 @@ import pytest
 from spark_checks import main_barrier_history
 
 from lockstep import FencedError, JobStepError
-from lockstep.barrier.iceberg.tables import IcebergError, IcebergTables
+from lockstep.barrier.iceberg.tables import (
+    INSTANCE_PROPERTY,
+    JOB_PROPERTY,
+    IcebergError,
+    IcebergTables,
+    commit_properties,
+)
 from lockstep.barrier.model import VersionState
 from lockstep.barrier.runtime.context import BarrierContext
 from lockstep.barrier.runtime.runner import Job, JobRunner
@@ -148,3 +154,69 @@ def test_a_step_that_fails_after_its_instance_was_fenced_says_fenced(
     with pytest.raises(FencedError) as fenced:
         runner.run(until_idle=True)
     assert isinstance(fenced.value.__cause__, Crash)
+
+
+def test_a_step_that_fails_on_a_fenced_instances_late_commit_is_staged_again(
+    spark_ls: Lockstep, spark_base: SparkSession
+) -> None:
+    """A fenced instance, paused and resumed, can commit to the staging branch while the
+    current instance's step runs, and the step then fails (Iceberg: "the table has been
+    concurrently modified"). That is no failed run: the branch is reset and the barrier
+    staged again, and main holds this instance's rows alone (the crash harness's catch-up
+    run met it once as a JobStepError of the current instance)."""
+    attempts: list[int] = []
+
+    def step(ctx: BarrierContext) -> None:
+        attempts.append(ctx.barrier_id)
+        rows = ctx.spark.createDataFrame([("e", ctx.barrier_id)], "kind string, barrier bigint")
+        ctx.sink("events").append(rows)
+        if len(attempts) == 1:  # the ghost commits to the branch, then the step fails
+            ghost = {JOB_PROPERTY: "late_ghost", INSTANCE_PROPERTY: f"{runner.session.token}0"}
+            with commit_properties(ctx.spark, ghost):
+                ctx.sink("events").append(rows.selectExpr("'ghost' AS kind", "barrier"))
+            raise Crash("the table has been concurrently modified")
+
+    job = Job("late_ghost", step=step, sinks=["events"])
+    runner = JobRunner(spark_ls.store, job, spark_base.newSession(), spark_ls.iceberg)
+    runner.start()
+    spark_ls.issue_barrier()
+    assert runner.run(until_idle=True) == 1
+    assert attempts == [1, 1]
+    [version] = spark_ls.store.table_versions("events")
+    assert version.state is VersionState.WRITTEN
+    rows = spark_ls.iceberg.read_at(spark_base, "events", version.snapshot_id).collect()
+    assert [(r.kind, r.barrier) for r in rows] == [("e", 1)]
+    failures = spark_ls.store.query_meta("SELECT * FROM __META_JOB_FAILURE").to_pylist()
+    assert failures == []
+
+
+def test_a_step_that_fails_with_no_foreign_commit_is_a_failed_run(
+    spark_ls: Lockstep, spark_base: SparkSession
+) -> None:
+    """The check above only forgives a failure when another instance's commit is on the
+    branch: a step failing on its own, before its sink exists or after its own commit to
+    it, is the step's error, recorded as a failed run, and main keeps what it had."""
+    attempts: list[int] = []
+
+    def step(ctx: BarrierContext) -> None:
+        attempts.append(ctx.barrier_id)
+        if len(attempts) == 1:
+            raise Crash("the step's own bug, before its sink exists")
+        rows = ctx.spark.createDataFrame([("e", ctx.barrier_id)], "kind string, barrier bigint")
+        ctx.sink("events").append(rows)
+        if ctx.barrier_id == 2:
+            raise Crash("the step's own bug, after its own commit")
+
+    job = Job("own_bug", step=step, sinks=["events"])
+    runner = JobRunner(spark_ls.store, job, spark_base.newSession(), spark_ls.iceberg)
+    runner.start()
+    for barrier in (1, 2):
+        spark_ls.issue_barrier()
+        with pytest.raises(JobStepError) as failed:
+            runner.run(until_idle=True)
+        assert isinstance(failed.value.__cause__, Crash)
+        assert failed.value.barrier_id == barrier
+    assert attempts == [1, 1, 2]
+    failures = spark_ls.store.query_meta("SELECT barrier_id FROM __META_JOB_FAILURE").to_pylist()
+    assert [f["barrier_id"] for f in failures] == [1, 2]
+    assert [v.state for v in spark_ls.store.table_versions("events")] == [VersionState.WRITTEN]
