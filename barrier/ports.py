@@ -77,6 +77,16 @@ class JobProtocolStore(Protocol):
 
     def report_failed(self, job_id: str, token: int, barrier_id: int, reason: str) -> None: ...
 
+    def report_logged(
+        self,
+        job_id: str,
+        token: int,
+        table: str,
+        barrier_id: int,
+        topic: str,
+        end_offsets: Mapping[int, int],
+    ) -> None: ...
+
     def persist_input_cut(
         self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
     ) -> dict[str, Any]: ...

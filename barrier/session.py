@@ -208,6 +208,13 @@ class JobSession:
         with why (e.g. "the program exited 3"), for the meta tables and ``/metrics``."""
         self._store.report_failed(self.job_id, self.token, barrier_id, reason)
 
+    def report_logged(
+        self, barrier_id: int, table: str, topic: str, end_offsets: Mapping[int, int]
+    ) -> None:
+        """Record where ``barrier_id``'s changes of ``table`` end in its log ``topic``
+        (partition -> offset after the barrier's marker), for ``__META_LOG`` and readers."""
+        self._store.report_logged(self.job_id, self.token, table, barrier_id, topic, end_offsets)
+
     def persist_input_cut(
         self, barrier_id: int, source: str, cut: Mapping[str, Any]
     ) -> dict[str, Any]:

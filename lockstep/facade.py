@@ -20,7 +20,7 @@ from lockstep.config import TOKEN_ENV, LockstepConfig
 from lockstep.errors import ConfigurationError, LockstepError
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.readers.levels import LevelName
-from lockstep.readers.log_stream import from_snapshot
+from lockstep.readers.log_stream import from_snapshot, seek_points
 from lockstep.readers.log_stream import stream as log_stream
 from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, SnapshotSet
 from lockstep.readers.session import ReadSession
@@ -178,7 +178,9 @@ class Lockstep:
         if scan == "from-barrier":
             if from_barrier is None:
                 raise ConfigurationError("scan='from-barrier' needs from_barrier=B")
-            return log_stream(servers, names, after=from_barrier - 1, topics=topics, idle_s=idle_s)
+            after = from_barrier - 1
+            seek = seek_points(self.store.query_meta, names, after)
+            return log_stream(servers, names, after=after, topics=topics, idle_s=idle_s, seek=seek)
         if scan not in ("full", "latest"):
             raise ConfigurationError(f"scan={scan!r}: use 'full', 'latest' or 'from-barrier'")
         start = self.resolve(names, level)
@@ -193,8 +195,15 @@ class Lockstep:
                 t: [] if sid is None else self.iceberg.arrow_at(t, sid).to_pylist()
                 for t, sid in start.snapshots.items()
             }
+        seek = seek_points(self.store.query_meta, names, start.barrier_id)
         return from_snapshot(
-            servers, names, barrier=start.barrier_id, rows=rows, topics=topics, idle_s=idle_s
+            servers,
+            names,
+            barrier=start.barrier_id,
+            rows=rows,
+            topics=topics,
+            idle_s=idle_s,
+            seek=seek,
         )
 
     # -- Iceberg and Spark ------------------------------------------------------------------

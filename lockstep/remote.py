@@ -23,18 +23,16 @@ from lockstep.api import wire
 from lockstep.barrier.handoff import Handoff
 from lockstep.barrier.model import (
     Barrier,
-    FoundVersion,
     JobInstance,
     JobProgress,
     RecoveryPlan,
-    Revision,
-    TableRetention,
     TableStatus,
     TableVersion,
 )
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, Lease, SnapshotSet
 from lockstep.readers.seen import Seen
+from lockstep.remote_operations import RemoteOperations
 from lockstep.service_client import DEFAULT_QUERY_TIMEOUT_S as DEFAULT_QUERY_TIMEOUT_S
 from lockstep.service_client import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from lockstep.service_client import (
@@ -57,7 +55,7 @@ MAX_WAIT_S = 50.0
 JOBS_PER_CALL = 500  # register_jobs sends this many jobs a call (the service takes 1,000)
 
 
-class RemoteMetadataStore(MetadataStore):
+class RemoteMetadataStore(RemoteOperations, MetadataStore):
     """A coordinator service reached over HTTP.
 
     ``timeout_s`` (seconds) bounds every call of the job protocol, resolution, leases and
@@ -309,6 +307,20 @@ class RemoteMetadataStore(MetadataStore):
         body = {"token": token, "barrier_id": barrier_id, "reason": reason}
         self._call("POST", f"/v1/jobs/{job_id}/failed", idempotent=False, json=body)
 
+    def report_logged(
+        self,
+        job_id: str,
+        token: int,
+        table: str,
+        barrier_id: int,
+        topic: str,
+        end_offsets: Mapping[int, int],
+    ) -> None:
+        offsets = {str(p): o for p, o in end_offsets.items()}
+        body = {"token": token, "table": table, "barrier_id": barrier_id, "topic": topic}
+        path = f"/v1/jobs/{job_id}/logged"
+        self._call("POST", path, idempotent=True, json={**body, "end_offsets": offsets})
+
     def persist_input_cut(
         self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
     ) -> dict[str, Any]:
@@ -400,58 +412,6 @@ class RemoteMetadataStore(MetadataStore):
 
     def active_leases(self) -> list[Lease]:
         result: list[Lease] = self._json("GET", "/v1/leases", list[Lease], idempotent=True)
-        return result
-
-    # -- operations (DESIGN §7) ----------------------------------------------------------------
-
-    def plan_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
-        body = {"table": table, "to_barrier": to_barrier, "full": full}
-        result: Revision = self._json(
-            "POST", "/v1/revisions/plan", Revision, idempotent=True, json=body
-        )
-        return result
-
-    def begin_revision(self, table: str, to_barrier: int, *, full: bool = False) -> Revision:
-        # idempotent: beginning the same revision again resumes it
-        body = {"table": table, "to_barrier": to_barrier, "full": full}
-        self._seen.history_changed()  # before: a revision may apply though the call fails
-        result: Revision = self._json("POST", "/v1/revisions", Revision, idempotent=True, json=body)
-        return result
-
-    def finish_revision(self, revision_id: int) -> Revision:
-        path = f"/v1/revisions/{revision_id}/finish"
-        self._seen.history_changed()
-        result: Revision = self._json("POST", path, Revision, idempotent=True)
-        return result
-
-    def revisions(self, *, limit: int | None = None) -> list[Revision]:
-        params = {"limit": limit} if limit is not None else {}
-        result: list[Revision] = self._json(
-            "GET", "/v1/revisions", list[Revision], idempotent=True, params=params
-        )
-        return result
-
-    def plan_retention(self, retain_barriers: int) -> list[TableRetention]:
-        body = {"retain_barriers": retain_barriers}
-        result: list[TableRetention] = self._json(
-            "POST", "/v1/retention/plan", list[TableRetention], idempotent=True, json=body
-        )
-        return result
-
-    def record_retention(self, retain_barriers: int) -> list[TableRetention]:
-        body = {"retain_barriers": retain_barriers}
-        self._seen.history_changed()
-        result: list[TableRetention] = self._json(
-            "POST", "/v1/retention", list[TableRetention], idempotent=True, json=body
-        )
-        return result
-
-    def restore_versions(self, found: Sequence[FoundVersion]) -> list[TableVersion]:
-        body = {"found": wire.dump(list(found), list[FoundVersion])}
-        self._seen.history_changed()
-        result: list[TableVersion] = self._json(
-            "POST", "/v1/repair/versions", list[TableVersion], idempotent=True, json=body
-        )
         return result
 
     # -- coordination between replicas --------------------------------------------------------

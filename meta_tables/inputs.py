@@ -82,6 +82,15 @@ INPUTS: dict[str, pa.Schema] = {
     "ls_lease_snapshot": _schema(
         ("lease_id", TEXT), ("table_name", TEXT), ("barrier_id", INT), ("snapshot_id", INT)
     ),
+    "ls_log_offset": _schema(
+        ("table_name", TEXT),
+        ("barrier_id", INT),
+        ("log_partition", INT),
+        ("topic", TEXT),
+        ("end_offset", INT),
+        ("token", INT),
+        ("logged_at", INT),
+    ),
     "ls_pending_commit": _schema(
         ("commit_id", INT),
         ("job_id", TEXT),

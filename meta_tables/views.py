@@ -244,6 +244,34 @@ VIEWS: tuple[MetaView, ...] = (
         extremes=frozenset({"barrier_id"}),
     ),
     MetaView(
+        "__META_LOG",
+        "Where each published barrier's changes of a table end in the table's log (its "
+        "Kafka topic, DESIGN §12), per partition: the offset after the barrier's marker, "
+        "the table's snapshot at the barrier, when the log's transaction was committed and "
+        "the log tier's delay (logged - issued). Snapshots and offsets map both ways.",
+        ("ls_log_offset", "ls_table_version", "ls_barrier"),
+        f"""
+        SELECT o.table_name, o.barrier_id, v.snapshot_id, o.topic, o.log_partition,
+               o.end_offset, o.token AS fencing_token, {_ts("o.logged_at")} AS logged_at,
+               (o.logged_at - b.ts) / 1e6 AS log_delay_s
+        FROM ls_log_offset o
+        JOIN ls_barrier b USING (barrier_id)
+        LEFT JOIN ls_table_version v
+               ON v.table_name = o.table_name AND v.barrier_id = o.barrier_id
+        """,
+        keys={
+            "table_name": (
+                Target("ls_log_offset", "table_name"),
+                Target("ls_table_version", "table_name"),
+            ),
+            "barrier_id": (
+                Target("ls_log_offset", "barrier_id"),
+                Target("ls_barrier", "barrier_id"),
+                Target("ls_table_version", "barrier_id"),
+            ),
+        },
+    ),
+    MetaView(
         "__META_TABLE_SKIPPED",
         "Barriers a table has no version of, after its writer's registration, before one it "
         "has: its writer took them in one catch-up run published as published_as (or had no "
@@ -314,14 +342,18 @@ VIEWS: tuple[MetaView, ...] = (
         "__META_DELAY",
         "Per table and WRITTEN barrier (DESIGN §6): e2e delay = available - issued; for "
         "its writer job: wait = started - newest source availability (issue time for a "
-        "root job) and own cost = written - started.",
-        ("ls_table_version", "ls_barrier", "ls_job_barrier", "ls_job_source"),
+        "root job) and own cost = written - started; for a table with a log (§12), the log "
+        "tier's delay = logged - issued (NULL until the barrier's changes are in its log).",
+        ("ls_table_version", "ls_barrier", "ls_job_barrier", "ls_job_source", "ls_log_offset"),
         f"""
         WITH source_ready AS (
             SELECT s.job_id, v.barrier_id, max(v.written_at) AS ready
             FROM ls_job_source s JOIN ls_table_version v ON v.table_name = s.table_name
             WHERE v.state = 'WRITTEN'
             GROUP BY ALL
+        ), logged AS (
+            SELECT table_name, barrier_id, max(logged_at) AS logged_at
+            FROM ls_log_offset GROUP BY ALL
         )
         SELECT v.table_name, v.barrier_id, v.job_id,
                {_ts("b.ts")} AS issued_at,
@@ -329,11 +361,14 @@ VIEWS: tuple[MetaView, ...] = (
                (v.written_at - b.ts) / 1e6 AS e2e_delay_s,
                {_ts("p.started_at")} AS started_at,
                (p.started_at - coalesce(r.ready, b.ts)) / 1e6 AS wait_s,
-               (p.written_at - p.started_at) / 1e6 AS own_cost_s
+               (p.written_at - p.started_at) / 1e6 AS own_cost_s,
+               {_ts("l.logged_at")} AS logged_at,
+               (l.logged_at - b.ts) / 1e6 AS log_delay_s
         FROM ls_table_version v
         JOIN ls_barrier b USING (barrier_id)
         LEFT JOIN ls_job_barrier p ON p.job_id = v.job_id AND p.barrier_id = v.barrier_id
         LEFT JOIN source_ready r ON r.job_id = v.job_id AND r.barrier_id = v.barrier_id
+        LEFT JOIN logged l ON l.table_name = v.table_name AND l.barrier_id = v.barrier_id
         WHERE v.state = 'WRITTEN'
         """,
         keys={
@@ -341,11 +376,13 @@ VIEWS: tuple[MetaView, ...] = (
             "table_name": (
                 Target("ls_table_version", "table_name", Via.WITH_SOURCES),
                 Target("ls_job_barrier", "job_id", Via.WRITERS),
+                Target("ls_log_offset", "table_name"),
             ),
             "barrier_id": (
                 Target("ls_table_version", "barrier_id"),
                 Target("ls_barrier", "barrier_id"),
                 Target("ls_job_barrier", "barrier_id"),
+                Target("ls_log_offset", "barrier_id"),
             ),
             "job_id": (Target("ls_job_barrier", "job_id"),),
         },

@@ -22,16 +22,21 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep.barrier.log.changelog import Change, read_record
 from lockstep.barrier.log.kafka_log import topic_of
 from lockstep.barrier.sources.kafka.client import LoopThread, open_consumer, partitions_of
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 Batch = tuple[int, dict[str, list[Change]]]
+# where to start reading each table's log: (a barrier, where it ends by partition)
+Seek = Mapping[str, tuple[int, Mapping[int, int]]]
 
 
 @dataclass
@@ -57,10 +62,13 @@ def stream(
     topics: Mapping[str, str] | None = None,
     idle_s: float | None = None,
     stop: threading.Event | None = None,
+    seek: Seek | None = None,
 ) -> Iterator[Batch]:
     """Every barrier after ``after`` that the tables' logs have passed, in order, with each
     table's changes of it; until no record has come for ``idle_s`` (None: never ends) or
-    ``stop`` is set (seen within 0.2 s)."""
+    ``stop`` is set (seen within 0.2 s). ``seek``: per table, a barrier <= ``after`` and
+    where it ends in each partition (:func:`seek_points`): the log is read from there
+    instead of from its beginning."""
     topic_by_table = {t: (topics or {}).get(t) or topic_of(t) for t in tables}
     loop = LoopThread()
     opened = AsyncExitStack()
@@ -68,7 +76,7 @@ def stream(
         consumer = loop.run(
             opened.enter_async_context(open_consumer(servers, isolation_level="read_committed"))
         )
-        yield from _read(loop, consumer, topic_by_table, after, idle_s, stop)
+        yield from _read(loop, consumer, topic_by_table, after, idle_s, stop, seek or {})
     finally:
         loop.run(opened.aclose())
         loop.close()
@@ -81,6 +89,7 @@ def _read(
     after: int | None,
     idle_s: float | None,
     stop: threading.Event | None,
+    seek: Seek,
 ) -> Iterator[Batch]:
     table_by_topic = {topic: table for table, topic in topic_by_table.items()}
     tps = loop.run(_assign_from_the_beginning(consumer, list(topic_by_table.values())))
@@ -88,6 +97,12 @@ def _read(
         table: _TableLog({tp.partition for tp in tps if tp.topic == topic})
         for table, topic in topic_by_table.items()
     }
+    for tp in tps:  # a known barrier's end: its partitions have passed that barrier
+        table = table_by_topic[tp.topic]
+        barrier, ends = seek.get(table, (None, {}))
+        if barrier is not None and tp.partition in ends:
+            consumer.seek(tp, ends[tp.partition])
+            logs[table].markers[tp.partition] = barrier
     seen: set[int] = set()
     done = after if after is not None else -1
     last_record = time.monotonic()
@@ -121,6 +136,27 @@ async def _assign_from_the_beginning(consumer: Any, topics: list[str]) -> list[A
     return tps
 
 
+def seek_points(
+    query_meta: Callable[[str], pa.Table], tables: Sequence[str], after: int
+) -> dict[str, Any]:
+    """Per table, the newest barrier at or before ``after`` whose end in the table's log the
+    store recorded (``__META_LOG``, asked with the store's ``query_meta``), and its end
+    offsets by partition (a :data:`Seek`)."""
+    if not tables:
+        return {}
+    names = ", ".join("'" + t.replace("'", "''") + "'" for t in tables)
+    rows = query_meta(
+        "SELECT table_name, barrier_id, log_partition, end_offset FROM __META_LOG "
+        f"WHERE table_name IN ({names}) AND barrier_id <= {int(after)} "
+        "QUALIFY barrier_id = max(barrier_id) OVER (PARTITION BY table_name)"
+    ).to_pylist()
+    found: dict[str, tuple[int, dict[int, int]]] = {}
+    for row in rows:
+        _, ends = found.setdefault(row["table_name"], (row["barrier_id"], {}))
+        ends[row["log_partition"]] = row["end_offset"]
+    return found
+
+
 def from_snapshot(
     servers: str,
     tables: Sequence[str],
@@ -129,6 +165,7 @@ def from_snapshot(
     rows: Mapping[str, Iterable[Mapping[str, Any]]] | None,
     topics: Mapping[str, str] | None = None,
     idle_s: float | None = None,
+    seek: Seek | None = None,
 ) -> Iterator[Batch]:
     """A stream that starts at ``barrier``: with ``rows`` (the tables' snapshots at it, a
     ``full`` scan), first ``(barrier, every row as an insert)``; then the logs' barriers
@@ -136,4 +173,4 @@ def from_snapshot(
     and the log's next barrier holds the changes from that snapshot on."""
     if rows is not None:
         yield barrier, {t: [Change("c", None, dict(r)) for r in rows.get(t, ())] for t in tables}
-    yield from stream(servers, tables, after=barrier, topics=topics, idle_s=idle_s)
+    yield from stream(servers, tables, after=barrier, topics=topics, idle_s=idle_s, seek=seek)

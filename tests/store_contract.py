@@ -15,6 +15,7 @@ from batch_contract import BatchContract
 from calls_contract import CallsContract
 from catch_up_contract import CatchUpContract
 from instance_contract import InstanceContract
+from log_contract import LogContract
 from pipelines import SHOPPING, dump, register, run_barrier, snapshot_id
 from resolve_contract import ResolveContract
 from wait_contract import WaitContract
@@ -52,7 +53,13 @@ FED_SHOPPING = (
 
 
 class StoreContract(
-    BatchContract, CallsContract, CatchUpContract, InstanceContract, ResolveContract, WaitContract
+    BatchContract,
+    CallsContract,
+    CatchUpContract,
+    InstanceContract,
+    LogContract,
+    ResolveContract,
+    WaitContract,
 ):
     __test__ = False
 

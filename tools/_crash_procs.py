@@ -22,7 +22,7 @@ from pathlib import Path
 
 from _reaper import forget_group, watch_group
 
-from lockstep.barrier.runtime.runner import FAULT_ENV
+from lockstep.barrier.runtime.faults import FAULT_ENV
 
 START_MARK = "=== crash-check: start"
 

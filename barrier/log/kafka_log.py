@@ -33,6 +33,7 @@ from lockstep.barrier.log.changelog import (
     marker_record,
     read_record,
 )
+from lockstep.barrier.runtime.faults import fault_point
 from lockstep.barrier.sources.kafka.client import (
     LoopThread,
     aiokafka_module,
@@ -78,12 +79,14 @@ class TableLogWriter:
         key: Sequence[str] = (),
         topic: str | None = None,
         transactional_id: str | None = None,
+        job_id: str = "",
     ) -> None:
         self.servers = servers
         self.table = table
         self.key = tuple(key)
         self.topic = topic or topic_of(table)
         self.transactional_id = transactional_id or f"lockstep-log.{table}"
+        self.job_id = job_id  # the writing job's, for the crash tests' fault points
         self._loop: LoopThread | None = None
         self._producer: Any = None
         self._partitions: list[int] = []
@@ -105,29 +108,30 @@ class TableLogWriter:
         await producer.start()  # InitProducerId: the earlier writer's transaction is aborted
         return producer
 
-    def write(self, barrier: int, changes: Iterable[Change]) -> bool:
-        """Write ``barrier``'s changes and a marker per partition, in one transaction; False
+    def write(self, barrier: int, changes: Iterable[Change]) -> dict[int, int] | None:
+        """Write ``barrier``'s changes and a marker per partition, in one transaction, and
+        return where the barrier ends in each partition (the offset after its marker); None
         (and nothing written) when the log holds ``barrier`` already."""
         if self._loop is None or self.position is None:
             raise ChangelogError("start() the log writer before writing")
         last = self.position.barrier
         if last is not None and barrier <= last:
-            return False
+            return None
         records = [
             change_record(c, table=self.table, barrier=barrier, key=self.key) for c in changes
         ]
         try:
-            self._loop.run(self._write(barrier, records))
+            ends = self._loop.run(self._write(barrier, records))
         except aiokafka_module().errors.ProducerFenced as e:
             raise LogFencedError(
                 f"table {self.table!r}: another writer of its log (the job's next instance) "
                 f"started after this one, which wrote nothing of barrier {barrier}: stop this "
                 "one (the other writes what the log lacks)"
             ) from e
-        self.position = LogPosition(barrier, self.position.end_offsets)
-        return True
+        self.position = LogPosition(barrier, ends)
+        return ends
 
-    async def _write(self, barrier: int, records: list[LogRecord]) -> None:
+    async def _write(self, barrier: int, records: list[LogRecord]) -> dict[int, int]:
         producer = self._producer
         marker = marker_record(table=self.table, barrier=barrier)
         markers = [(marker, p) for p in self._partitions]  # one in every partition
@@ -149,6 +153,9 @@ class TableLogWriter:
             for outcome in outcomes:
                 if isinstance(outcome, BaseException):
                     raise outcome
+            fault_point("log_sent", barrier, self.job_id)  # prepared, not committed
+        markers_sent: list[Any] = list(outcomes[len(records) :])
+        return {meta.partition: meta.offset + 1 for meta in markers_sent}  # then the commit
 
     def close(self) -> None:
         """Stop the producer and its loop. A fenced producer leaves failed futures inside

@@ -25,10 +25,13 @@ from typing import Any
 from lockstep.barrier.log.changelog import changes_between
 from lockstep.barrier.log.kafka_log import TOPIC_PREFIX, TableLogWriter, topic_of
 from lockstep.barrier.model import TableVersion
+from lockstep.barrier.runtime.faults import fault_point
 
 log = logging.getLogger("lockstep.log")
 RowsAt = Callable[[str, int | None], Iterable[Mapping[str, Any]]]  # (table, snapshot) -> rows
 VersionAt = Callable[[str, int], TableVersion | None]  # (table, barrier) -> newest <= barrier
+# (barrier, table, topic, end offsets): where a barrier's changes end in a table's log
+Logged = Callable[[int, str, str, Mapping[int, int]], None]
 
 
 @dataclass(frozen=True)
@@ -48,16 +51,29 @@ class JobLog:
         spark: Any,
         identifier: Callable[[str], str],
         version_at: VersionAt,
+        logged: Logged,
+        job_id: str = "",
     ) -> LogTier:
-        """The writers of a job instance's sinks, reading snapshots with ``spark``."""
-        return LogTier(self, sinks, rows_at=spark_rows_at(spark, identifier), version_at=version_at)
+        """The writers of a job instance's sinks, reading snapshots with ``spark``;
+        ``logged`` records where each barrier ends in a log (the store's ``report_logged``)."""
+        rows_at = spark_rows_at(spark, identifier)
+        return LogTier(
+            self, sinks, rows_at=rows_at, version_at=version_at, logged=logged, job_id=job_id
+        )
 
 
 class LogTier:
     """The log writers of one job instance's sinks."""
 
     def __init__(
-        self, spec: JobLog, sinks: Sequence[str], *, rows_at: RowsAt, version_at: VersionAt
+        self,
+        spec: JobLog,
+        sinks: Sequence[str],
+        *,
+        rows_at: RowsAt,
+        version_at: VersionAt,
+        logged: Logged,
+        job_id: str = "",
     ) -> None:
         tables = [t for t in sinks if spec.tables is None or t in spec.tables]
         self._writers = {
@@ -66,19 +82,33 @@ class LogTier:
                 t,
                 key=tuple(spec.keys.get(t, ())),
                 topic=topic_of(t, spec.topic_prefix),
+                job_id=job_id,
             )
             for t in tables
         }
         self._rows_at = rows_at
         self._version_at = version_at
+        self._logged = logged
+        self._job_id = job_id
         self._failed: dict[str, list[int]] = {}  # barriers a write failed for, by table
         self._kept: dict[str, tuple[int | None, list[Mapping[str, Any]]]] = {}
 
     def start(self, written: Sequence[int]) -> None:
         """Fence the previous instance's writers; write what the logs lack of ``written``
         (the barriers the job has published, oldest first)."""
-        for writer in self._writers.values():
-            writer.start()
+        for table, writer in self._writers.items():
+            position = writer.start()
+            if position.barrier is not None and position.end_offsets:
+                # a writer that died between its commit and its report: said now
+                try:
+                    self._logged(position.barrier, table, writer.topic, position.end_offsets)
+                except Exception as e:  # readers scan a little more; the log is whole
+                    log.warning(
+                        "%s: where barrier %d ends in its log was not recorded (%s)",
+                        table,
+                        position.barrier,
+                        e,
+                    )
         self.catch_up(written)
 
     def catch_up(self, written: Sequence[int]) -> None:
@@ -118,7 +148,11 @@ class LogTier:
         previous = self._version_at(table, barrier - 1)
         before = [] if previous is None else self._rows(table, previous.snapshot_id)
         after = self._rows(table, current.snapshot_id)
-        writer.write(barrier, changes_between(before, after, key=writer.key))
+        fault_point("before_log", barrier, self._job_id)
+        ends = writer.write(barrier, changes_between(before, after, key=writer.key))
+        fault_point("after_log", barrier, self._job_id)
+        if ends is not None:
+            self._logged(barrier, table, writer.topic, ends)
 
     def _rows(self, table: str, snapshot_id: int | None) -> list[Mapping[str, Any]]:
         """The rows of ``table``'s snapshot: the last one read is kept, since a barrier's

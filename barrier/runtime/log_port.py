@@ -3,7 +3,7 @@ the runtime names no Kafka module, so the Kafka folders may use the runtime's ty
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -30,4 +30,6 @@ class JobLogPort(Protocol):
         spark: Any,
         identifier: Callable[[str], str],
         version_at: Callable[[str, int], TableVersion | None],
+        logged: Callable[[int, str, str, Mapping[int, int]], None],
+        job_id: str = "",
     ) -> LogTierPort: ...

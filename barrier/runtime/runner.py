@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
@@ -36,6 +34,7 @@ from lockstep.barrier.iceberg.tables import (
 from lockstep.barrier.model import Barrier
 from lockstep.barrier.ports import JobRuntimeStore
 from lockstep.barrier.runtime.context import BarrierContext
+from lockstep.barrier.runtime.faults import fault_point
 from lockstep.barrier.runtime.heartbeat import HEARTBEAT_S, Heartbeat
 from lockstep.barrier.runtime.lineage import lineage_emitter
 from lockstep.barrier.runtime.log_port import JobLogPort, LogTierPort
@@ -52,7 +51,6 @@ if TYPE_CHECKING:
 
 StepFn = Callable[[BarrierContext], None]
 Progress = Callable[[str], None]
-FAULT_ENV = "LOCKSTEP_FAULT"  # test fault injection: "<point>:<barrier_id>[:<job_id>]" SIGKILLs
 _NEWEST = 2**62  # "as of the newest barrier"
 log = logging.getLogger("lockstep.runtime")
 
@@ -285,7 +283,7 @@ class JobRunner:
         snapshot tagged with the barrier, report PROCESSED. Returns the staged snapshots."""
         b = barrier.barrier_id
         job_id = self.job.job_id
-        _fault_point("started", b, job_id)
+        fault_point("started", b, job_id)
         with span("cuts"):
             previous = self._previous_barrier(b)
             cuts = self._input_cuts(barrier, previous)
@@ -324,11 +322,11 @@ class JobRunner:
                 if instance is None or self._sinks.staged(b, instance) is not None:
                     raise
                 continue
-            _fault_point("after_stage", b, job_id)
+            fault_point("after_stage", b, job_id)
             staged = self._sinks.staged(b, instance)
         with span("report_processed"):
             self.session.report_processed(b, staged)
-        _fault_point("after_processed", b, job_id)
+        fault_point("after_processed", b, job_id)
         return staged
 
     def publish(
@@ -349,7 +347,7 @@ class JobRunner:
         published = {
             table: self._publish(table, barrier_id, staged.get(table)) for table in self.job.sinks
         }
-        _fault_point("after_publish", barrier_id, self.job.job_id)
+        fault_point("after_publish", barrier_id, self.job.job_id)
         handoff = Handoff.known(None)
         with span("report_written"):
             if ask_next:
@@ -363,7 +361,7 @@ class JobRunner:
             if self._log is not None:
                 self._log.written(barrier_id, written)
             self._after_written(barrier_id)
-            _fault_point("after_written", barrier_id, self.job.job_id)
+            fault_point("after_written", barrier_id, self.job.job_id)
         except BaseException:
             handoff.close()
             raise
@@ -414,6 +412,8 @@ class JobRunner:
             spark=self.spark,
             identifier=self.tables.identifier,
             version_at=self.store.version_as_of,
+            logged=self.session.report_logged,
+            job_id=self.job.job_id,
         )
         progress = self.store.job_progress(self.job.job_id)
         self._log.start(sorted(p.barrier_id for p in progress if p.written_at is not None))
@@ -486,11 +486,3 @@ def input_cuts(
             cut = session.persist_input_cut(b, source.name, planned)
         cuts[source.name] = cut
     return cuts
-
-
-def _fault_point(point: str, barrier_id: int, job_id: str) -> None:
-    """Crash here (SIGKILL, no cleanup) if the fault-injection variable says so:
-    ``<point>:<barrier_id>`` for any job, ``<point>:<barrier_id>:<job_id>`` for one."""
-    fault = os.environ.get(FAULT_ENV)
-    if fault in (f"{point}:{barrier_id}", f"{point}:{barrier_id}:{job_id}"):
-        os.kill(os.getpid(), signal.SIGKILL)

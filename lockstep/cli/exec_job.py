@@ -15,13 +15,12 @@ refuses its reports, the catalog its commits and its publish.
 from __future__ import annotations
 
 import json
-import os
-import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lockstep.barrier.model import Barrier
+from lockstep.barrier.runtime.faults import fault_point
 from lockstep.barrier.session import JobSession
 from lockstep.cli.exec_env import RunCatalog, RunFacts
 from lockstep.errors import (
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
     from lockstep.facade import Lockstep
 
 Progress = Callable[[str], None]
-FAULT_ENV = "LOCKSTEP_FAULT"  # the runtime's variable (barrier/runtime/runner.py)
 CATALOG_PATH = "/iceberg"  # where the service serves its Iceberg REST catalog
 ADMIN_WARNING = (
     "warning: running as admin. The program gets only its run's credential, but exec holds "
@@ -185,7 +183,7 @@ class ProgramJob:
         """PROCESSED with the staged heads, one publish of every sink, WRITTEN."""
         staged = self._call("GET", "staged", params={"token": self.session.token})["snapshots"]
         self.session.report_processed(barrier_id, staged)
-        _fault_point("after_processed", barrier_id, self.job_id)
+        fault_point("after_processed", barrier_id, self.job_id)
         return self._publish_and_report(barrier_id, staged)
 
     def record_failure(self, barrier_id: int, reason: str) -> None:
@@ -205,7 +203,7 @@ class ProgramJob:
     ) -> dict[str, int | None]:
         body = {"token": self.session.token, "barrier": barrier_id, "snapshots": dict(staged)}
         heads: dict[str, int | None] = self._call("POST", "publish", json=body)["snapshots"]
-        _fault_point("after_publish", barrier_id, self.job_id)
+        fault_point("after_publish", barrier_id, self.job_id)
         self.session.report_written(barrier_id, heads)
         return heads
 
@@ -239,14 +237,6 @@ class ProgramJob:
         if answer.status_code >= 400:
             raise catalog_error(answer.status_code, answer.text)
         return answer.json()
-
-
-def _fault_point(point: str, barrier_id: int, job_id: str) -> None:
-    """SIGKILL exec itself here if ``LOCKSTEP_FAULT`` says so (the crash tests'; the same
-    variable and form as the Python runtime's: ``<point>:<barrier>[:<job>]``)."""
-    fault = os.environ.get(FAULT_ENV)
-    if fault in (f"{point}:{barrier_id}", f"{point}:{barrier_id}:{job_id}"):
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 _BY_STATUS: dict[int, type[LockstepError]] = {

@@ -32,6 +32,7 @@ from lockstep.service.requests import (
     FailedRunIn,
     InputCutIn,
     Limit,
+    LoggedIn,
     ReportIn,
     TokenIn,
     WaitS,
@@ -159,6 +160,13 @@ def _add_reports(
     def report_failed(job_id: str, body: FailedRunIn, _: JobActor) -> dict[str, int]:
         store.report_failed(job_id, body.token, body.barrier_id, body.reason)
         return {"failed": body.barrier_id}
+
+    @app.post("/v1/jobs/{job_id}/logged")
+    def report_logged(job_id: str, body: LoggedIn, _: JobActor) -> dict[str, int]:
+        store.report_logged(
+            job_id, body.token, body.table, body.barrier_id, body.topic, body.end_offsets
+        )
+        return {"logged": body.barrier_id}
 
     @app.post("/v1/jobs/{job_id}/input-cuts")
     def persist_input_cut(job_id: str, body: InputCutIn, _: JobActor) -> dict[str, Any]:

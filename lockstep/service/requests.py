@@ -67,6 +67,14 @@ class FailedRunIn(_Body):
     reason: str = Field(default="", max_length=100_000)
 
 
+class LoggedIn(_Body):
+    token: Int64
+    table: str = Field(min_length=1, max_length=200)
+    barrier_id: Int64
+    topic: str = Field(min_length=1, max_length=255)
+    end_offsets: dict[int, Int64] = Field(min_length=1, max_length=10_000)  # partition -> offset
+
+
 class InputCutIn(_Body):
     token: Int64
     barrier_id: Int64

@@ -225,6 +225,20 @@ class MetadataStore(abc.ABC):
         meta tables (``__META_JOB_FAILURE``) and ``/metrics`` count them."""
 
     @abc.abstractmethod
+    def report_logged(
+        self,
+        job_id: str,
+        token: int,
+        table: str,
+        barrier_id: int,
+        topic: str,
+        end_offsets: Mapping[int, int],
+    ) -> None:
+        """Record where a published barrier's changes of ``table`` end in its log (``topic``,
+        partition -> the offset after the barrier's marker): ``__META_LOG``, the readers'
+        seek, the log tier's delay."""
+
+    @abc.abstractmethod
     def persist_input_cut(
         self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
     ) -> dict[str, Any]:

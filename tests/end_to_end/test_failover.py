@@ -24,7 +24,8 @@ from spark_checks import check_pipeline, row_multiset, tags
 import lockstep
 from lockstep.barrier.iceberg.tables import BARRIER_PROPERTY, IcebergTables
 from lockstep.barrier.model import VersionState
-from lockstep.barrier.runtime.runner import FAULT_ENV, JobRunner
+from lockstep.barrier.runtime.faults import FAULT_ENV
+from lockstep.barrier.runtime.runner import JobRunner
 from lockstep.errors import FencedError
 from lockstep.facade import Lockstep
 

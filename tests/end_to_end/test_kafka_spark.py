@@ -36,7 +36,8 @@ from kafka_cuts import (
 
 from lockstep.barrier.iceberg.catalog import IcebergCatalog
 from lockstep.barrier.model import VersionState
-from lockstep.barrier.runtime.runner import FAULT_ENV, JobRunner
+from lockstep.barrier.runtime.faults import FAULT_ENV
+from lockstep.barrier.runtime.runner import JobRunner
 from lockstep.barrier.sources.kafka.client import ProducerRecord, create_topic, produce
 from lockstep.barrier.sources.kafka.codec import AvroFormat
 from lockstep.barrier.sources.kafka.cut import KafkaCut

@@ -17,7 +17,7 @@ from lockstep.barrier.log.tier import JobLog
 from lockstep.barrier.runtime.context import BarrierContext
 from lockstep.barrier.runtime.runner import Job, JobRunner
 from lockstep.barrier.sources.kafka.client import create_topic
-from lockstep.readers.log_stream import stream
+from lockstep.readers.log_stream import seek_points, stream
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -74,6 +74,39 @@ def test_each_barriers_changes_reach_the_log_and_a_crash_after_the_publish_loses
     assert [(b, _sorted(c["orders"])) for b, c in later] == [
         (b, _sorted(c["orders"])) for b, c in read[3:]
     ]
+
+    # where each barrier ends in the log, with its snapshot (barrier 4's by the next start)
+    logged = spark_ls.sql(
+        "SELECT barrier_id, snapshot_id, log_partition, end_offset FROM __META_LOG "
+        "WHERE table_name = 'orders' ORDER BY barrier_id, log_partition"
+    ).to_pylist()
+    assert sorted({r["barrier_id"] for r in logged}) == [1, 2, 3, 4, 5]
+    assert all(r["snapshot_id"] == _snapshot(spark_ls, r["barrier_id"]) for r in logged)
+    ends = {(r["barrier_id"], r["log_partition"]): r["end_offset"] for r in logged}
+    assert [ends[b, 0] + ends[b, 1] for b in range(1, 6)] == sorted(
+        ends[b, 0] + ends[b, 1] for b in range(1, 6)
+    )
+    # a consumer from barrier 4 on starts at barrier 3's end: the same barriers
+    seek = seek_points(spark_ls.store.query_meta, ["orders"], 3)
+    assert seek == {"orders": (3, {0: ends[3, 0], 1: ends[3, 1]})}
+    from_4 = spark_ls.stream(
+        "orders", servers=kafka_bootstrap, topic_prefix=prefix, scan="from-barrier",
+        from_barrier=4, idle_s=3,
+    )  # fmt: skip
+    assert [(b, _sorted(c["orders"])) for b, c in from_4] == [
+        (b, _sorted(c["orders"])) for b, c in read[3:]
+    ]
+    # read from barrier 3's end alone (no earlier record): barriers 4 and 5, whole
+    topics = {"orders": f"{prefix}orders"}
+    sought = list(stream(kafka_bootstrap, ["orders"], topics=topics, idle_s=3, seek=seek, after=3))
+    assert [(b, _sorted(c["orders"])) for b, c in sought] == [
+        (b, _sorted(c["orders"])) for b, c in read[3:]
+    ]
+
+
+def _snapshot(ls: Lockstep, barrier: int) -> int | None:
+    version = ls.store.version_as_of("orders", barrier)
+    return None if version is None else version.snapshot_id
 
 
 def _rows_at(ls: Lockstep, barrier: int) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from lockstep.meta_tables.store.sql.schema import (
     IcebergViewRow,
     JobFailureRow,
     JobSourceRow,
+    LogOffsetRow,
     SchemaVersionRow,
     TableHeadRow,
     TableVersionRow,
@@ -30,7 +31,7 @@ from lockstep.meta_tables.store.sql.schema import (
 
 MigrationStep = Callable[[Connection], None]
 
-CURRENT_VERSION = 10
+CURRENT_VERSION = 11
 MIGRATION_LOCK = 0x4C6F636B  # the store-wide lock of migrations: one process at a time
 
 
@@ -117,6 +118,11 @@ def _add_iceberg_idempotency_keys(connection: Connection) -> None:
     table.create(connection, checkfirst=True)
 
 
+def _add_log_offsets(connection: Connection) -> None:
+    """Version 11: where each barrier's changes of a table end in the table's log."""
+    Base.metadata.tables[LogOffsetRow.__tablename__].create(connection, checkfirst=True)
+
+
 # STEPS[v] upgrades a store from version v-1 to version v. Version 1 is the first release.
 STEPS: dict[int, MigrationStep] = {
     2: _add_operations_tables,
@@ -128,6 +134,7 @@ STEPS: dict[int, MigrationStep] = {
     8: _add_iceberg_views,
     9: _add_catch_up_and_failures,
     10: _add_iceberg_idempotency_keys,
+    11: _add_log_offsets,
 }
 
 

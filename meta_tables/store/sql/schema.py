@@ -171,6 +171,22 @@ class JobFailureRow(Base):
     __table_args__ = (Index("ix_ls_job_failure_job", "job_id", "barrier_id"),)
 
 
+class LogOffsetRow(Base):
+    """Where a barrier's changes of a table end in the table's log (its Kafka topic), per
+    partition: the offset after the barrier's marker, as the job's log writer committed
+    it (``report_logged``; ``lockstep.barrier.log``). With the table's version at the
+    barrier, snapshots and offsets map both ways (schema version 11)."""
+
+    __tablename__ = "ls_log_offset"
+    table_name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    barrier_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    log_partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    topic: Mapped[str] = mapped_column(String(255))
+    end_offset: Mapped[int] = mapped_column(BigInteger)
+    token: Mapped[int] = mapped_column(BigInteger)
+    logged_at: Mapped[datetime] = mapped_column(UtcMicros)
+
+
 class PendingCommitRow(Base):
     __tablename__ = "ls_pending_commit"
     commit_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

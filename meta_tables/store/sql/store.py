@@ -34,7 +34,6 @@ from lockstep.barrier.model import (
     TableRetention,
     TableStatus,
     TableVersion,
-    VersionState,
 )
 from lockstep.errors import InvalidRequestError, LockstepError, RevisionInProgressError, StoreError
 from lockstep.meta_tables.store.base import MetadataStore
@@ -57,7 +56,6 @@ from lockstep.meta_tables.store.sql.engine import (
     no_free_connection,
 )
 from lockstep.meta_tables.store.sql.io import jobs
-from lockstep.meta_tables.store.sql.io.versions import to_version
 from lockstep.meta_tables.store.sql.migrations import migrate
 from lockstep.meta_tables.store.sql.pg_options import POOLER_HINT, pooler_error
 from lockstep.meta_tables.store.sql.protocol import (
@@ -73,7 +71,6 @@ from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     JobBarrierRow,
     LeaderRow,
-    TableVersionRow,
 )
 from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, Lease, SnapshotSet
 from lockstep.topology.graph import Topology
@@ -321,6 +318,22 @@ class SqlMetadataStore(ServesCatalog, MetadataStore):
         now = self._clock()
         self._alone(lambda b: reports.report_failed(b, job_id, token, barrier_id, reason, now))
 
+    def report_logged(
+        self,
+        job_id: str,
+        token: int,
+        table: str,
+        barrier_id: int,
+        topic: str,
+        end_offsets: Mapping[int, int],
+    ) -> None:
+        now = self._clock()
+        self._alone(
+            lambda b: reports.report_logged(
+                b, job_id, token, table, barrier_id, topic, end_offsets, now
+            )
+        )
+
     def persist_input_cut(
         self, job_id: str, token: int, barrier_id: int, source: str, cut: Mapping[str, Any]
     ) -> dict[str, Any]:
@@ -355,35 +368,10 @@ class SqlMetadataStore(ServesCatalog, MetadataStore):
     def version_as_of(
         self, table: str, barrier_id: int, *, written_only: bool = True
     ) -> TableVersion | None:
-        def work(s: Session) -> TableVersion | None:
-            resolve.require_tables(s, [table])
-            query = (
-                select(TableVersionRow)
-                .where(
-                    TableVersionRow.table_name == table, TableVersionRow.barrier_id <= barrier_id
-                )
-                .order_by(TableVersionRow.barrier_id.desc())
-                .limit(1)
-            )
-            if written_only:
-                query = query.where(TableVersionRow.state == VersionState.WRITTEN.value)
-            row = s.scalars(query).first()
-            return to_version(row) if row is not None else None
-
-        return self._read(work)
+        return self._read(lambda s: resolve.version_as_of(s, table, barrier_id, written_only))
 
     def table_versions(self, table: str, *, limit: int | None = None) -> list[TableVersion]:
-        def work(s: Session) -> list[TableVersion]:
-            resolve.require_tables(s, [table])
-            found = s.scalars(
-                select(TableVersionRow)
-                .where(TableVersionRow.table_name == table)
-                .order_by(TableVersionRow.barrier_id.desc())
-                .limit(limit)
-            )
-            return [to_version(r) for r in found]
-
-        return self._read(work)
+        return self._read(lambda s: resolve.table_versions(s, table, limit))
 
     # -- reads -----------------------------------------------------------------------------
 

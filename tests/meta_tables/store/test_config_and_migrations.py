@@ -81,7 +81,7 @@ def test_a_version_1_store_gains_the_operations_tables_and_heartbeats(tmp_path: 
     v2_tables = {"ls_revision", "ls_revised_version", "ls_retention"}
     with engine.begin() as connection:  # the schema as release 1 created it
         later = {*v2_tables, "ls_job_instance", "ls_table_head", "ls_job_failure"}
-        later |= {"ls_iceberg_idempotency"}  # version 10
+        later |= {"ls_iceberg_idempotency", "ls_log_offset"}  # versions 10, 11
         Base.metadata.create_all(
             connection, tables=[t for n, t in Base.metadata.tables.items() if n not in later]
         )
@@ -113,13 +113,14 @@ def test_a_version_1_store_gains_the_operations_tables_and_heartbeats(tmp_path: 
     assert store.list_barriers()[0].barrier_id == 1  # data kept
     assert store.revisions() == []
     with store.engine.connect() as connection:
-        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 10
+        assert migrations.stored_version(connection) == migrations.CURRENT_VERSION == 11
         kept = connection.execute(text("SELECT job_id, token, seen_at FROM ls_job_instance"))
         assert kept.all() == [("j", 1, None)]  # the instance kept, never seen since
         job = connection.execute(text("SELECT job_id, catch_up FROM ls_job"))
         assert [tuple(row) for row in job] == [("j", False)]  # version 9: catch_up off
     assert "ls_job_failure" in inspect(store.engine).get_table_names()
     assert "ls_iceberg_idempotency" in inspect(store.engine).get_table_names()  # version 10
+    assert "ls_log_offset" in inspect(store.engine).get_table_names()  # version 11
     indexes = {i["name"] for i in inspect(store.engine).get_indexes("ls_job_source")}
     assert "ix_ls_job_source_table_name" in indexes
     indexes = {

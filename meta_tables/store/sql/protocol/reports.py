@@ -1,6 +1,6 @@
 """A job's reports: PROCESSED (staged versions, pending commits), WRITTEN (published),
-aborted (a staged barrier dropped) and failed (a run that published nothing)
-(docs/design.md §4).
+aborted (a staged barrier dropped), failed (a run that published nothing) (docs/design.md
+§4) and logged (where a published barrier's changes end in a table's log, §12).
 
 Each function runs inside the caller's write transaction, through its batch (``batching/``):
 alone, or as one call of a group. The rules are :mod:`lockstep.barrier.protocol`'s, checked
@@ -31,6 +31,7 @@ from lockstep.meta_tables.store.sql.schema import (
     BarrierRow,
     JobBarrierRow,
     JobFailureRow,
+    LogOffsetRow,
     PendingCommitRow,
     TableVersionRow,
 )
@@ -239,6 +240,62 @@ def report_failed(
         insert(JobFailureRow).values(
             job_id=job_id, barrier_id=barrier_id, token=token, failed_at=now, reason=tail
         )
+    )
+
+
+def report_logged(
+    batch: Batch,
+    job_id: str,
+    token: int,
+    table: str,
+    barrier_id: int,
+    topic: str,
+    end_offsets: Mapping[int, int],
+    now: datetime,
+) -> None:
+    """Record where ``barrier_id``'s changes of ``table`` end in its log, per partition, by
+    the job's current instance; refused unless the table is the job's and its version at
+    the barrier is WRITTEN (the log holds published barriers only). Said again (a writer
+    that restarted and read the log's end back), the newest report stands."""
+    job = current_job(batch, job_id, token, sinks=False)
+    if table not in job.spec.sinks:
+        raise ProtocolError(
+            job_id, barrier_id, f"{table!r} is not a sink of the job: a job logs its own tables"
+        )
+    version = batch.versions_at((table,), barrier_id).get(table)
+    if version is None or version.state is not VersionState.WRITTEN:
+        raise ProtocolError(
+            job_id,
+            barrier_id,
+            f"{table!r} has no WRITTEN version at the barrier: the log holds published "
+            "barriers only (report it logged after WRITTEN)",
+        )
+    if not end_offsets or any(p < 0 or o < 0 for p, o in end_offsets.items()):
+        raise ProtocolError(
+            job_id,
+            barrier_id,
+            f"end offsets {dict(end_offsets)!r}: give one offset >= 0 per partition (>= 0)",
+        )
+    s = batch.session
+    s.execute(
+        delete(LogOffsetRow).where(
+            LogOffsetRow.table_name == table, LogOffsetRow.barrier_id == barrier_id
+        )
+    )
+    s.execute(
+        insert(LogOffsetRow),
+        [
+            {
+                "table_name": table,
+                "barrier_id": barrier_id,
+                "log_partition": partition,
+                "topic": topic,
+                "end_offset": offset,
+                "token": token,
+                "logged_at": now,
+            }
+            for partition, offset in sorted(end_offsets.items())
+        ],
     )
 
 

@@ -51,6 +51,33 @@ def require_tables(session: Session, tables: Sequence[str]) -> None:
         raise UnknownTableError(missing, known=session.scalars(select(TableRow.table_name)))
 
 
+def version_as_of(
+    session: Session, table: str, barrier_id: int, written_only: bool
+) -> TableVersion | None:
+    """``table``'s newest version at or before ``barrier_id`` (WRITTEN only, unless not
+    ``written_only``)."""
+    require_tables(session, [table])
+    query = (
+        select(TV)
+        .where(TV.table_name == table, TV.barrier_id <= barrier_id)
+        .order_by(TV.barrier_id.desc())
+        .limit(1)
+    )
+    if written_only:
+        query = query.where(TV.state == WRITTEN)
+    row = session.scalars(query).first()
+    return to_version(row) if row is not None else None
+
+
+def table_versions(session: Session, table: str, limit: int | None) -> list[TableVersion]:
+    """``table``'s versions, newest first (at most ``limit``)."""
+    require_tables(session, [table])
+    found = session.scalars(
+        select(TV).where(TV.table_name == table).order_by(TV.barrier_id.desc()).limit(limit)
+    )
+    return [to_version(r) for r in found]
+
+
 def newest_barrier(session: Session, table: str, *, written_only: bool) -> int | None:
     """The newest barrier of ``table`` (WRITTEN only, or PROCESSED-or-WRITTEN)."""
     query = select(func.max(TV.barrier_id)).where(TV.table_name == table)
