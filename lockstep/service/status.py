@@ -76,7 +76,7 @@ def collect_status(
     delay_rows = _window(
         store,
         "SELECT table_name, barrier_id, job_id, issued_at, available_at, e2e_delay_s, "
-        "wait_s, own_cost_s FROM __META_DELAY",
+        "wait_s, own_cost_s, log_delay_s FROM __META_DELAY",
         first,
     )
     timeline = _timeline(store, recent, statuses, jobs, first)

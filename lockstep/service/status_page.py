@@ -221,6 +221,10 @@ def _charts(status: Status) -> str:
             if delays
             else "no data"
         )
+        logged = [r["log_delay_s"] for r in rows if r.get("log_delay_s") is not None]
+        if logged:  # the table has a log (docs/log.md): its tier's delay beside
+            figures += f' · <span class="log-delay">log {duration(logged[-1])}</span>'
+
         cards.append(
             f'<figure class="chart" data-table="{escape(name)}"><figcaption>'
             f'<span class="key-cell">{escape(name)}</span><span>{figures}</span></figcaption>'
@@ -342,6 +346,8 @@ def _about(status: Status) -> str:
     return f"""<section class="about"><h2>Reading this page</h2><ul>
 <li><b>e2e delay</b> of a table at a barrier: from the barrier's issue to the table's version
 being WRITTEN (<code>__META_DELAY</code>). Hover a point for its writer's wait and own cost.</li>
+<li><b>log</b>, for a table with a log tier: the latest barrier's delay from its issue to its
+changes being in the table's Kafka log (<code>__META_DELAY.log_delay_s</code>).</li>
 <li><b>bottleneck</b>: take the last barrier written in every table and its last table to be
 WRITTEN; on that table's critical path (follow the source that became available last, up to a
 root) it is the job with the largest own cost (WRITTEN - started).</li>

@@ -21,6 +21,7 @@ from conftest import FakeClock
 
 import lockstep
 from lockstep.facade import Lockstep
+from lockstep.service.status_svg import duration
 
 pytestmark = pytest.mark.browser
 
@@ -98,7 +99,8 @@ def pipeline(served: tuple[str, dict[str, str]], clock: FakeClock) -> Iterator[d
     sessions["load_shopping"].report_processed(4, {"shopping": 400})
     sessions["load_shopping"].report_written(4)
     assert sessions["sum_amount"].next_barrier() is not None  # working on barrier 4
-    yield {"url": url, "page": f"{url}/?token={tokens['read']}", "ls": ls, "clock": clock}
+    page = f"{url}/?token={tokens['read']}"
+    yield {"url": url, "page": page, "ls": ls, "clock": clock, "sessions": sessions}
     ls.close()
 
 
@@ -135,6 +137,27 @@ def test_status_json_has_the_page_data(pipeline: dict[str, Any]) -> None:
     assert body["bottleneck"]["job_id"] == "sum_price"
     assert [b["barrier_id"] for b in body["barriers"]] == [4, 3, 2, 1]
     assert [r["barrier_id"] for r in body["delays"]["user_item_price"]] == [1, 2, 3]
+
+
+def test_a_tables_log_tier_delay_is_beside_its_snapshot_delay(pipeline: dict[str, Any]) -> None:
+    """A table with a log (its writer reports where each barrier ends in it): /v1/status
+    has each barrier's log delay, the page the latest beside the e2e delay's figures."""
+    import httpx
+
+    clock, load = pipeline["clock"], pipeline["sessions"]["load_shopping"]
+    clock.advance(2)
+    for b in (1, 2, 3):
+        load.report_logged(b, "shopping", "lockstep.log.shopping", {0: 10 * b})
+    token = pipeline["page"].rsplit("=", 1)[1]
+    body = httpx.get(f"{pipeline['url']}/v1/status", params={"token": token}).json()
+    shopping = {r["barrier_id"]: r for r in body["delays"]["shopping"]}
+    for b in (1, 2, 3):
+        assert shopping[b]["log_delay_s"] > shopping[b]["e2e_delay_s"] > 0
+    assert all(r["log_delay_s"] is None for r in body["delays"]["user_item_price"])
+    html = httpx.get(pipeline["page"]).text
+    latest = shopping[3]["log_delay_s"]
+    assert html.count('class="log-delay"') == 1  # shopping's card alone
+    assert f'<span class="log-delay">log {duration(latest)}</span>' in html
 
 
 @pytest.fixture

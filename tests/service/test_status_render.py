@@ -72,6 +72,7 @@ def test_status_reads_only_the_window(store: CountingStore, clock: FakeClock) ->
         "ls_job_barrier",
         "ls_job_source",
         "ls_retention",
+        "ls_log_offset",  # the log tier's delay (windowed like the versions)
     }
     assert status.bottleneck is not None
     assert (status.bottleneck["job_id"], status.bottleneck["barrier_id"]) == ("agg", 30)
