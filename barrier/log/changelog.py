@@ -6,7 +6,10 @@ With a primary key, a row whose key stays and whose other columns change is an u
 (Debezium's ``"op": "u"``, ``before`` and ``after`` in one record); without, every change is
 an insert or a delete of a whole row, duplicates counted (a multiset difference).
 
-Records are Debezium JSON (``before``, ``after``, ``op``: ``c``/``u``/``d``), which Flink's
+A log that begins on a table with history begins with the table's whole state at that
+barrier (``"op": "r"``, Debezium's snapshot read): a consumer replaces what it holds.
+
+Records are Debezium JSON (``before``, ``after``, ``op``: ``c``/``u``/``d``/``r``), which Flink's
 ``debezium-json`` format, Spark and any Kafka consumer read, keyed by the primary key's JSON
 (partitioned by it) or unkeyed. Each carries ``source`` (``table``, ``barrier``) and the
 header ``lockstep.barrier``. After a barrier's changes, every partition gets a **marker**:
@@ -38,7 +41,7 @@ Row = Mapping[str, Any]
 MARKER_KEY = b"__lockstep.barrier__"
 BARRIER_HEADER = "lockstep.barrier"
 TABLE_HEADER = "lockstep.table"
-OPS = ("c", "u", "d")
+OPS = ("c", "u", "d", "r")
 
 
 class ChangelogError(LockstepError):
@@ -47,7 +50,9 @@ class ChangelogError(LockstepError):
 
 @dataclass(frozen=True)
 class Change:
-    """One change: ``c`` (``after`` only), ``u`` (both), ``d`` (``before`` only)."""
+    """One change: ``c`` (``after`` only), ``u`` (both), ``d`` (``before`` only), or ``r``
+    (``after`` only): a row of the table's whole state at a log's first barrier, when the
+    table had history before the log began (Debezium's snapshot read)."""
 
     op: str
     before: dict[str, Any] | None

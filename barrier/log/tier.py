@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockstep.barrier.log.changelog import changes_between
+from lockstep.barrier.log.changelog import Change, changes_between
 from lockstep.barrier.log.kafka_log import TOPIC_PREFIX, TableLogWriter, topic_of
 from lockstep.barrier.model import TableVersion
 from lockstep.barrier.runtime.faults import fault_point
+from lockstep.barrier.sources.kafka.client import create_topic
 
 log = logging.getLogger("lockstep.log")
 RowsAt = Callable[[str, int | None], Iterable[Mapping[str, Any]]]  # (table, snapshot) -> rows
@@ -43,6 +44,10 @@ class JobLog:
     tables: Sequence[str] | None = None  # None: every sink
     keys: Mapping[str, Sequence[str]] = field(default_factory=dict)
     topic_prefix: str = TOPIC_PREFIX
+    # a topic missing when the writer starts is created with this many partitions
+    # (replication factor 1, for trying it out; create production topics yourself); None:
+    # a missing topic is an error
+    partitions: int | None = 1
 
     def open(
         self,
@@ -90,6 +95,7 @@ class LogTier:
         self._version_at = version_at
         self._logged = logged
         self._job_id = job_id
+        self._spec = spec
         self._failed: dict[str, list[int]] = {}  # barriers a write failed for, by table
         self._kept: dict[str, tuple[int | None, list[Mapping[str, Any]]]] = {}
 
@@ -97,6 +103,8 @@ class LogTier:
         """Fence the previous instance's writers; write what the logs lack of ``written``
         (the barriers the job has published, oldest first)."""
         for table, writer in self._writers.items():
+            if self._spec.partitions is not None:
+                create_topic(self._spec.servers, writer.topic, self._spec.partitions)
             position = writer.start()
             if position.barrier is not None and position.end_offsets:
                 # a writer that died between its commit and its report: said now
@@ -112,9 +120,17 @@ class LogTier:
         self.catch_up(written)
 
     def catch_up(self, written: Sequence[int]) -> None:
-        """Write every barrier of ``written`` that a table's log does not hold yet."""
+        """Write every barrier of ``written`` that a table's log does not hold yet. A new
+        log (none of its barriers yet) is not filled with the table's history: it starts at
+        the table's newest version, as the table's whole state (op ``r``) if it had versions
+        before, so a consumer reading the log from its start misses nothing."""
         for table, writer in self._writers.items():
             last = writer.position.barrier if writer.position is not None else None
+            if last is None and written:
+                newest = self._version_at(table, written[-1])
+                if newest is not None:
+                    self._write(table, writer, newest.barrier_id, start=True)
+                    last = newest.barrier_id
             for barrier in written:
                 if last is None or barrier > last:
                     self._write(table, writer, barrier)
@@ -141,15 +157,23 @@ class LogTier:
                     e,
                 )
 
-    def _write(self, table: str, writer: TableLogWriter, barrier: int) -> None:
+    def _write(
+        self, table: str, writer: TableLogWriter, barrier: int, *, start: bool = False
+    ) -> None:
+        """Write ``barrier``'s changes of ``table``; ``start``: the log's first barrier,
+        whole (op ``r``) when the table had a version before it."""
         current = self._version_at(table, barrier)
         if current is None or current.barrier_id != barrier:
             return  # the table has no version of this barrier (skipped by a catch-up run)
         previous = self._version_at(table, barrier - 1)
-        before = [] if previous is None else self._rows(table, previous.snapshot_id)
         after = self._rows(table, current.snapshot_id)
+        if start and previous is not None:  # history the log does not hold: its state
+            changes = [Change("r", None, dict(row)) for row in after]
+        else:
+            before = [] if previous is None else self._rows(table, previous.snapshot_id)
+            changes = changes_between(before, after, key=writer.key)
         fault_point("before_log", barrier, self._job_id)
-        ends = writer.write(barrier, changes_between(before, after, key=writer.key))
+        ends = writer.write(barrier, changes)
         fault_point("after_log", barrier, self._job_id)
         if ends is not None:
             self._logged(barrier, table, writer.topic, ends)

@@ -122,3 +122,35 @@ def _truth(ls: Lockstep, barrier: int) -> list[Change]:
 
 def _sorted(changes: list[Change]) -> list[str]:
     return sorted(repr(c) for c in changes)
+
+
+def test_a_log_turned_on_later_starts_with_the_tables_state_not_its_history(
+    spark_ls: Lockstep, spark_base: SparkSession, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    """A job that ran 3 barriers without a log gets one: its topic is created, and the log
+    begins at barrier 3 with the table's whole state (op ``r``), not with barriers 1-3
+    derived again (their snapshots may be expired); barrier 4 on is changes as usual."""
+    prefix = f"{kafka_topic}."
+    before = JobRunner(spark_ls.store, orders_job(None), spark_base.newSession(), spark_ls.iceberg)
+    before.start()
+    for _ in range(3):
+        spark_ls.issue_barrier()
+        assert before.run(until_idle=True) == 1
+    log = JobLog(kafka_bootstrap, keys={"orders": ("id",)}, topic_prefix=prefix, partitions=2)
+    after = JobRunner(spark_ls.store, orders_job(log), spark_base.newSession(), spark_ls.iceberg)
+    after.start()  # creates the topic, writes barrier 3 whole
+    spark_ls.issue_barrier()
+    assert after.run(until_idle=True) == 1
+    after.close()
+
+    topics = {"orders": f"{prefix}orders"}
+    read = list(stream(kafka_bootstrap, ["orders"], topics=topics, idle_s=3))
+    assert [b for b, _ in read] == [3, 4]
+    assert _sorted(read[0][1]["orders"]) == _sorted(
+        [Change("r", None, row) for row in _rows_at(spark_ls, 3)]
+    )
+    assert _sorted(read[1][1]["orders"]) == _sorted(_truth(spark_ls, 4))
+    partitions = spark_ls.sql(
+        "SELECT DISTINCT log_partition FROM __META_LOG WHERE table_name = 'orders'"
+    ).to_pylist()
+    assert sorted(p["log_partition"] for p in partitions) == [0, 1]
