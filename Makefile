@@ -6,7 +6,7 @@ PKG_DIRS := $(shell find lockstep topology barrier readers meta_tables examples 
 
 .PHONY: demo test test-fast test-spark4 servers lint typecheck format clean bench bench-coordinator bench-scaling \
 	bench-pipeline bench-platform bench-exec bench-exec-connect bench-pace bench-health bench-log crash-check crash-check-exec \
-	crash-check-s3 crash-check-catch-up crash-harness-runs demo-s3 bench-storage engines-check
+	crash-check-s3 crash-check-catch-up crash-check-log crash-harness-runs demo-s3 bench-storage engines-check
 
 # The venv, with the project installed editable (strict mode: a link tree that type checkers
 # and tools can follow). Re-installed when pyproject.toml changes or a package file is added.
@@ -189,6 +189,13 @@ crash-check-s3: $(VENV)/.installed
 crash-check-catch-up: $(VENV)/.installed
 	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --coordinator both --catch-up
 	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --jobs exec --catch-up
+
+# with the log tier (#50 item 2, tools/_crash_log.py): every job's sink logged on a Kafka broker
+# each run starts, job processes also killed at before_log, log_sent and after_log; each
+# table's log read whole: exactly its WRITTEN barriers, each with the changes between its
+# snapshots, and __META_LOG's rows naming their snapshots and ends
+crash-check-log: $(VENV)/.installed
+	$(BIN)/python tools/crash_check.py --minutes $(CRASH_MINUTES) --coordinator both --log
 
 clean:
 	rm -rf $(VENV) $(SPARK4_VENV) $(DBT_VENV) build .typecheck .pytest_cache .mypy_cache .ruff_cache *.egg-info

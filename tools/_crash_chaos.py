@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from _crash_faults import JobPause, LeaderPause, PgRestart
 from _crash_jobs import JOB_PROCESSES
+from _crash_log import missing_points
 
 if TYPE_CHECKING:
     from _crash_procs import Managed
@@ -48,7 +49,11 @@ def missing_kinds(run: CrashRun) -> list[str]:
         "leader_pause": plan.min_leader_pauses if run.replicas else 0,
         "pg_restart": plan.min_pg_restarts if run.pg else 0,
     }
-    return [kind for kind in FAULT_KINDS if counts[kind] < minimums[kind]]
+    missing = [kind for kind in FAULT_KINDS if counts[kind] < minimums[kind]]
+    short = plan.log and missing_points(run.result.fault_points, plan.min_log_faults)
+    if short and "job_kill" not in missing:  # a log point short of its kills: job processes
+        missing.append("job_kill")  # are killed, their restarts pick it (_crash_log)
+    return missing
 
 
 def disturb(run: CrashRun, chaos_over: bool) -> bool:
@@ -76,7 +81,7 @@ def disturb(run: CrashRun, chaos_over: bool) -> bool:
 
 
 def kill_job(run: CrashRun) -> bool:
-    jobs = [j for j in run.jobs if run.working(j)]
+    jobs = [j for j in run.jobs if run.working(j) and not awaits_fault(run, j)]
     if not jobs:
         return False
     victim = run.rng.choice(jobs)
@@ -85,6 +90,16 @@ def kill_job(run: CrashRun) -> bool:
     run.log(f"SIGKILL {victim.name} (jobs {', '.join(JOB_PROCESSES[victim.name])})")
     run.restart_job(victim, faults=True)
     return True
+
+
+def awaits_fault(run: CrashRun, process: Managed) -> bool:
+    """Whether the process is left to reach its protocol-point fault: with the log tier,
+    while a log point is short of its kills (on a loaded machine a job process killed
+    after each barrier it writes would seldom reach its fault)."""
+    plan = run.plan
+    if not plan.log or process.fault is None:
+        return False
+    return bool(missing_points(run.result.fault_points, plan.min_log_faults))
 
 
 def coordinator_pairs(run: CrashRun) -> list[tuple[Managed, Managed]]:

@@ -3,14 +3,15 @@
 ::
 
     python tools/_crash_jobs.py TARGET RUN_DIR enrich daily_revenue [--warehouse DIR]
-                                [--heartbeat S] [--catch-up]
+                                [--heartbeat S] [--catch-up] [--log SERVERS --log-prefix P]
 
 ``TARGET`` is the Lockstep home (embedded coordinator on SQLite) or the service's URL(s)
 (``http://a,http://b``, with ``--warehouse``). The jobs share one SparkSession (one JVM),
 each on its own ``newSession()``, and process barriers until each has written the final
 barrier, which the harness writes into ``RUN_DIR/final`` once it stops issuing. Until
 then they keep polling for more. With ``--catch-up`` they are the catch-up forms of the
-jobs (``_crash_catch_up.pipeline_jobs``).
+jobs (``_crash_catch_up.pipeline_jobs``); with ``--log`` each writes its sink's log to
+Kafka (``_crash_log.log_jobs``).
 
 Each written barrier is printed (``<job> wrote <barrier>``). A job that fails ends the
 process at once (exit 1, traceback on stderr): the harness restarts it, and the restarted
@@ -117,15 +118,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warehouse", help="the Iceberg warehouse (with a service URL)")
     parser.add_argument("--heartbeat", type=float, default=None, help="seconds between beats")
     parser.add_argument("--catch-up", action="store_true", help="the jobs with catch-up")
+    parser.add_argument("--log", metavar="SERVERS", help="each job's sink logged on Kafka")
+    parser.add_argument("--log-prefix", default="", help="the logs' topic prefix")
     args = parser.parse_args(argv)
 
     from _crash_catch_up import pipeline_jobs
+    from _crash_log import log_jobs
 
     import lockstep
     from lockstep.barrier.runtime.runner import JobRunner
     from lockstep.barrier.runtime.spark_session import LOCAL_JVM_OPTIONS
 
-    by_id = {job.job_id: job for job in pipeline_jobs(args.catch_up)}
+    jobs = pipeline_jobs(args.catch_up)
+    if args.log:  # the log tier (_crash_log)
+        jobs = log_jobs(jobs, args.log, args.log_prefix)
+    by_id = {job.job_id: job for job in jobs}
     ls = lockstep.connect(args.target, warehouse=args.warehouse)
     print(catalog_line(ls), flush=True)
     # Spark's scratch (its copy of the jars, ~47 MB, and block files) in the run's folder:

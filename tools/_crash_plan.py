@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from _crash_catch_up import CatchUpReport
+from _crash_log import LogReport
 from _crash_truth import LevelReport, TableReport
 
 WAREHOUSES = ("local", "s3")  # where a run's tables live (see RunPlan.warehouse)
@@ -62,6 +63,12 @@ class RunPlan:
     # the jobs registered with catch_up, the roots reading windows (_crash_catch_up: set
     # with with_catch_up(), which also keeps more barriers in flight)
     catch_up: bool = False
+    # every job with a log of its sink on Kafka (_crash_log: set with with_log()), on
+    # log_servers or a broker of the run's own; the log's fault points among the others,
+    # each killing a process at least min_log_faults times
+    log: bool = False
+    log_servers: str | None = None
+    min_log_faults: int = 0
 
 
 @dataclass
@@ -92,17 +99,21 @@ class RunResult:
     reads: dict[str, LevelReport] = field(default_factory=dict)
     tables: TableReport = field(default_factory=TableReport)
     catch_up: CatchUpReport | None = None  # with catch-up jobs: what they skipped, and how
+    fault_points: list[str] = field(default_factory=list)  # the faults that killed a process
+    log: LogReport | None = None  # with the log tier: what the logs held (_crash_log)
     workdir: str = ""
 
     @property
     def ok(self) -> bool:
         """No lost, duplicated or wrong row; no inconsistent read_committed or
         repeatable_read read; no mislabelled read; nothing failed; with catch-up jobs,
-        barriers skipped and skipped right (:func:`_crash_catch_up.check_catch_up`)."""
+        barriers skipped and skipped right (:func:`_crash_catch_up.check_catch_up`); with
+        the log tier, every log exactly its table's WRITTEN barriers (:mod:`_crash_log`)."""
         strict = [self.reads[level] for level in ("read_committed", "repeatable_read")]
         return (
             self.tables.clean
             and (self.catch_up is None or self.catch_up.clean)
+            and (self.log is None or self.log.clean)
             and not self.errors
             and all(r.inconsistent == 0 and r.reads > 0 for r in strict)
             and all(r.mislabelled == 0 and r.went_backwards == 0 for r in self.reads.values())

@@ -11,8 +11,10 @@ coordinator process and restarts it (a restarted job process may also get a
 ``LOCKSTEP_FAULT``, so the runtime kills it at a protocol point), or pauses a job process
 or the leading replica, or restarts PostgreSQL mid-barrier (:mod:`_crash_faults`). With
 ``warehouse = "s3"`` the tables live on an S3 server of the run's own, which it also
-restarts mid-barrier (:mod:`_crash_s3`). Then it stops issuing, lets the jobs finish the
-last barrier, stops the readers and checks everything (:mod:`_crash_truth`).
+restarts mid-barrier (:mod:`_crash_s3`). With ``log`` every job writes its sink's log to
+Kafka, and job processes die at the log's points too (:mod:`_crash_log`). Then it stops
+issuing, lets the jobs finish the last barrier, stops the readers and checks everything
+(:mod:`_crash_truth`; the logs: :mod:`_crash_log`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from _crash_faults import JobPause, LeaderPause, MidBarrierRestart, S3Restart
 from _crash_issuer import STOP_FILE as STOP_ISSUER
 from _crash_jobs import FINAL_FILE, JOB_PROCESSES, said_catalogs
 from _crash_last_words import last_words, why_it_ended
+from _crash_log import RunLog, check_logs, fault_point
 from _crash_pg import PgCluster, service_cluster, service_store
 from _crash_plan import RunPlan, RunResult
 from _crash_procs import Managed
@@ -52,7 +55,6 @@ from _crash_truth import PER_BARRIER, Read, check_reads, check_tables, is_consis
 from _installed import support_importable
 
 import lockstep
-from lockstep.barrier.runtime.runner import FAULT_POINTS
 from lockstep.config import CONFIG_FILE, settings_text
 from lockstep.errors import LockstepError
 
@@ -83,8 +85,10 @@ class CrashRun:
         self.s3_restarted_at: float | None = None
         self.replica_restarted_at: float | None = None  # a killed replica's restart
         self.home.mkdir(parents=True, exist_ok=True)
+        self.log_tier: RunLog | None = None  # with the log tier: its broker and topics
         try:
             catalog = self._open_store()  # before anyone opens the home
+            self.log_tier = RunLog(plan) if plan.log else None
         except BaseException:
             self._stop_servers()
             raise
@@ -232,6 +236,7 @@ class CrashRun:
             issuer.start()
         beat = ["--heartbeat", str(self.plan.heartbeat_s)]
         beat += ["--catch-up"] if self.plan.catch_up else []
+        beat += self.log_tier.args() if self.log_tier is not None else []
         for name, job_ids in JOB_PROCESSES.items():
             argv = self._script("_crash_jobs.py", target, str(self.workdir), *job_ids, *beat)
             process = self._managed(name, argv, self.tokens.jobs[name] if self.tokens else None)
@@ -291,11 +296,10 @@ class CrashRun:
         self._stop_servers()
 
     def _stop_servers(self) -> None:
-        """The run's own PostgreSQL and S3 server, those it started."""
-        if self.pg is not None:
-            self.pg.stop()
-        if self.bucket is not None:
-            self.bucket.stop()
+        """The run's own PostgreSQL, S3 server and Kafka broker, those it started."""
+        for server in (self.pg, self.bucket, self.log_tier):
+            if server is not None:
+                server.stop()
 
     # -- disturbances ------------------------------------------------------------------------------
 
@@ -310,7 +314,7 @@ class CrashRun:
                 written = self.look(lambda: self.ls.store.job_progress(job_id, limit=4)) or []
                 b = next((p.barrier_id for p in written if p.written_at is not None), 0)
                 b += self.rng.randint(1, 2)
-            fault = f"{self.rng.choice(FAULT_POINTS)}:{b}:{job_id}"
+            fault = f"{fault_point(self.rng, self.plan, self.result.fault_points)}:{b}:{job_id}"
         process.start(fault=fault)
         self.log(f"restarted {process.name}" + (f" with LOCKSTEP_FAULT={fault}" if fault else ""))
 
@@ -335,6 +339,7 @@ class CrashRun:
                 continue
             if process in self.jobs and code == -9 and process.fault is not None:
                 self.result.fault_kills += 1
+                self.result.fault_points.append(process.fault)
                 self.log(f"{process.name} killed itself at LOCKSTEP_FAULT={process.fault}")
             else:
                 output = process.last_output(max_chars=OUTPUT_CHARS)
@@ -421,6 +426,7 @@ class CrashRun:
             result.tables = check_tables(self.ls.store, self.ls.iceberg, result.barriers, truth)
             if plan.catch_up:
                 result.catch_up = check_catch_up(self.ls, truth, result.barriers)
+            result.log = check_logs(self)  # with the log tier (None without)
         finally:
             self.stop_all()
             result.job_starts = sum(j.starts for j in self.jobs)

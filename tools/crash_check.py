@@ -4,6 +4,7 @@
 
     .venv/bin/python tools/crash_check.py [--minutes N] [--coordinator embedded|service|both]
                                           [--warehouse local|s3] [--catch-up] [--seed S]
+                                          [--log [--kafka HOST:PORT]]
                                           [--workdir DIR] [--keep]
 
 Each run starts the deep pipeline (``lockstep.examples.deep``) on a fresh home: two job
@@ -28,7 +29,11 @@ itself SIGKILLed (``tools/_crash_exec.py``). With ``--catch-up`` the jobs are re
 with ``catch_up`` and barriers come faster than they run (``tools/_crash_catch_up.py``):
 each table is checked at the barriers it has a version of, no read_committed or
 repeatable_read read may land on a barrier a table skipped, the skipped ones must be those
-``__META_TABLE_SKIPPED`` lists, and a run that skipped none fails.
+``__META_TABLE_SKIPPED`` lists, and a run that skipped none fails. With ``--log`` every job
+writes its sink's log to Kafka (a broker each run starts, or ``--kafka``'s), and job
+processes die at the log's fault points too, each at least once a run
+(``tools/_crash_log.py``): each table's log must hold exactly its WRITTEN barriers, each
+with exactly the changes between the table's snapshots, and ``__META_LOG`` their ends.
 
 It prints runs, kills, barriers, reads and inconsistent reads per level, rows lost and
 duplicated (with catch-up, the barriers each table skipped), and exits 1 if anything was
@@ -56,6 +61,7 @@ import time
 from collections.abc import Sequence
 
 from _crash_catch_up import CatchUpReport, with_catch_up
+from _crash_log import LogReport, with_log
 from _crash_plan import WAREHOUSES
 from _crash_run import CrashRun, RunPlan, RunResult
 from _crash_truth import LEVELS, LevelReport, TableReport
@@ -142,6 +148,7 @@ def summary(results: Sequence[RunResult]) -> str:
             "  read_committed / repeatable_read reads on a skipped barrier: "
             f"{reads['read_committed'].on_skipped} / {reads['repeatable_read'].on_skipped}"
         )
+    lines += (logged := _logged(results)).lines()  # with the log tier
     expected = [e for r in results for e in r.expected_errors]
     if expected:
         lines.append(
@@ -154,6 +161,7 @@ def summary(results: Sequence[RunResult]) -> str:
     if example:
         lines.append(f"  e.g. read_uncommitted read {example}")
     problems = [p for r in results for p in r.errors] + tables.problems + skips.problems
+    problems += logged.problems
     for level in ("read_committed", "repeatable_read"):
         if reads[level].example:
             problems.append(f"inconsistent {level} read: {reads[level].example}")
@@ -163,10 +171,20 @@ def summary(results: Sequence[RunResult]) -> str:
     return "\n".join(lines)
 
 
+def _logged(results: Sequence[RunResult]) -> LogReport:
+    """The runs' log tier reports, totalled (no lines if no run had the log tier)."""
+    total = LogReport()
+    for result in results:
+        if result.log is not None:
+            total.add(result.log)
+    return total
+
+
 def _mode(result: RunResult) -> str:
     where = "" if result.warehouse == "local" else " on s3"
     caught = ", catch-up jobs" if result.catch_up is not None else ""
-    return f"{result.coordinator} on {result.catalog}{where}{caught}"
+    logged = ", log tier" if result.log is not None else ""
+    return f"{result.coordinator} on {result.catalog}{where}{caught}{logged}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -177,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--warehouse s3 names its own catalogs, for the runtime's jobs")
     seed = args.seed if args.seed is not None else int(time.time()) % 100_000
     if args.jobs == "exec":
+        if args.log:
+            parser.error("--log is for the runtime's jobs (exec runs have no log tier)")
         return _exec_mode(args, seed)
     deadline = time.monotonic() + args.minutes * 60
     results: list[RunResult] = []
@@ -254,6 +274,18 @@ def _parser() -> argparse.ArgumentParser:
         "the skipped ones never read at read_committed/repeatable_read and listed in "
         "__META_TABLE_SKIPPED (tools/_crash_catch_up.py)",
     )
+    parser.add_argument(
+        "--log",
+        action="store_true",
+        help="every job writes its sink's log to Kafka (2 partitions a topic), job processes "
+        "die at the log's fault points too; each log checked against its table's WRITTEN "
+        "snapshots and __META_LOG (tools/_crash_log.py)",
+    )
+    parser.add_argument(
+        "--kafka",
+        metavar="HOST:PORT",
+        help="with --log: the Kafka broker (default: each run starts Apache Kafka of its own)",
+    )
     parser.add_argument("--workdir", type=Path, help="keep each run's home and logs here")
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
     return parser
@@ -278,7 +310,8 @@ def _plan(args: argparse.Namespace, coordinator: str, seed: int) -> RunPlan:
             {**catalog_table(args.catalog), "name": f"crash_{seed}"} if args.catalog else None
         ),
     )
-    return with_catch_up(plan) if args.catch_up else plan
+    plan = with_catch_up(plan) if args.catch_up else plan
+    return with_log(plan, args.kafka, min_faults=1) if args.log else plan
 
 
 def _exec_mode(args: argparse.Namespace, seed: int) -> int:
