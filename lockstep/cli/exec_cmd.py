@@ -32,6 +32,7 @@ from lockstep.cli.arguments import int_at_least, positive_float
 from lockstep.cli.exec_env import catalog_jars, program_environment
 from lockstep.cli.exec_folder import exec_folder
 from lockstep.cli.exec_job import OpenRun, ProgramJob
+from lockstep.cli.exec_log import add_log_options, job_log
 from lockstep.cli.exec_program import Ended, Running, forwarding_signals, run_program, signal_name
 from lockstep.cli.exec_remote import REMOTE_ENV, RunSession, remote_session
 from lockstep.cli.exec_sql import read_statements, run_statements
@@ -71,6 +72,7 @@ def cmd_exec(args: argparse.Namespace) -> Output:
             token=client_token(args),
             catalog_name=args.catalog_name,
             progress=_say,
+            log=job_log(args),
         )
         try:
             started = time.monotonic()
@@ -350,6 +352,7 @@ def _options() -> argparse.ArgumentParser:
         help="with --remote: run FILE's statements over the run's Spark Connect session, "
         "no program (instead of -- COMMAND)",
     )
+    add_log_options(options)
     options.add_argument(
         "--heartbeat", type=positive_float, default=HEARTBEAT_S, help=argparse.SUPPRESS
     )

@@ -35,6 +35,7 @@ from lockstep.errors import (
 if TYPE_CHECKING:
     import httpx
 
+    from lockstep.barrier.log.tier import JobLog, LogTier
     from lockstep.facade import Lockstep
 
 Progress = Callable[[str], None]
@@ -82,6 +83,7 @@ class ProgramJob:
         token: str | None,
         catalog_name: str,
         progress: Progress,
+        log: JobLog | None = None,
     ) -> None:
         if "://" not in target:
             raise ConfigurationError(
@@ -98,6 +100,8 @@ class ProgramJob:
         self._http: httpx.Client | None = None
         self._session: JobSession | None = None
         self._warned = False  # that exec runs as admin (once)
+        self._log_spec = log
+        self._log: LogTier | None = None  # its sinks' log writers, once started
 
     @property
     def session(self) -> JobSession:
@@ -110,6 +114,9 @@ class ProgramJob:
         return self.target + CATALOG_PATH
 
     def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         if self._http is not None:
             self._http.close()
 
@@ -122,7 +129,31 @@ class ProgramJob:
         self._session = JobSession(self.ls.store, self.ls.store.attach(self.job_id))
         self.progress(f"{self.job_id}: attached as instance {self._session.token}")
         self.recover()
+        if self._log_spec is not None:
+            self._start_log(self._log_spec)
         return self._session
+
+    def _start_log(self, spec: JobLog) -> None:
+        """The sinks' log writers, after recovery: they fence the previous instance's and
+        write what the logs lack of the job's published barriers (docs/log.md)."""
+        from pyiceberg.catalog import load_catalog
+
+        from lockstep.cli.exec_log import open_log
+
+        uri, token = self.catalog_uri, self.token  # exec's own: the run's credential is over
+        catalog = load_catalog(self.catalog_name, type="rest", uri=uri, token=token)
+        sinks = self.ls.topology().job(self.job_id).sinks
+        self._log = open_log(
+            spec,
+            sinks,
+            catalog=catalog,
+            version_at=self.ls.store.version_as_of,
+            logged=self.session.report_logged,
+            job_id=self.job_id,
+        )
+        progress = self.ls.store.job_progress(self.job_id)
+        self._log.start(sorted(p.barrier_id for p in progress if p.written_at is not None))
+        self.progress(f"{self.job_id}: writing the logs of {', '.join(sinks)} to {spec.servers}")
 
     def recover(self) -> None:
         """Publish what a previous instance pre-committed (exactly its recorded snapshots);
@@ -204,7 +235,9 @@ class ProgramJob:
         body = {"token": self.session.token, "barrier": barrier_id, "snapshots": dict(staged)}
         heads: dict[str, int | None] = self._call("POST", "publish", json=body)["snapshots"]
         fault_point("after_publish", barrier_id, self.job_id)
-        self.session.report_written(barrier_id, heads)
+        versions = self.session.report_written(barrier_id, heads)
+        if self._log is not None:  # the barrier is final: its changes go to the logs
+            self._log.written(barrier_id, versions)
         return heads
 
     def _previous(self, barrier_id: int) -> Barrier | None:
