@@ -199,9 +199,10 @@ class Terminal:
                 stream.close()
 
 
-def run_tutorial(blocks: list[Block], folder: Path) -> Terminal:
+def run_tutorial(blocks: list[Block], folder: Path, *, kafka: str) -> Terminal:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["KAFKA_BOOTSTRAP"] = kafka  # the reader's broker (chapter 8)
     terminal = Terminal(folder, env)
     try:
         mismatches = []
@@ -268,7 +269,8 @@ def test_every_block_of_the_tutorial_is_run_or_checked() -> None:
     blocks = parse_blocks(text)
     kinds = [b.kind for b in blocks]
     assert kinds.count("bash") >= 10
-    assert kinds.count("file") == 4  # mypipe.py, dashboard.py, upstream.py, top_customers.sql
+    # mypipe.py, dashboard.py, upstream.py, top_customers.sql, streaming.py, consumer.py
+    assert kinds.count("file") == 6
     assert text.count(PORT_LINE) == 1, f"the test replaces the one {PORT_LINE!r} line"
     links = re.findall(r"\]\(([^)]+)\)", text)
     assert all("://" not in link for link in links), links
@@ -294,12 +296,13 @@ def test_a_column_of_shorter_ids_still_matches() -> None:
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
+@pytest.mark.kafka
+def test_the_tutorial_runs_as_written(tmp_path: Path, kafka_bootstrap: str) -> None:
     if shutil.which("curl") is None:
         pytest.skip("the tutorial waits for the service with curl, which is not installed")
     text = TUTORIAL.read_text().replace(PORT_LINE, f"PORT={free_port()}")
     blocks = parse_blocks(text)
-    terminal = run_tutorial(blocks, tmp_path)
+    terminal = run_tutorial(blocks, tmp_path, kafka=kafka_bootstrap)
     try:
         home = Path(terminal.value("$LOCKSTEP_HOME"))
         folder = Path(terminal.value("$PWD"))
@@ -331,7 +334,7 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     import lockstep
 
     pipe = runpy.run_path(str(folder / "mypipe.py"))
-    truth = {b: expected_tables(pipe, b) for b in (2, 3)}
+    truth = {b: expected_tables(pipe, b) for b in (2, 3, 5)}
     for barrier, out in ((2, dashboards[0]), (3, dashboards[2])):
         for rank, customer, region, spent in truth[barrier]["top_customers"]:
             row = rf"│\s+{rank} │ {customer}\s+│ {region}\s+│\s+{spent} │"
@@ -339,7 +342,7 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
 
     with lockstep.connect(home) as ls:
         with ls.read(["region_revenue", "top_customers"]) as read:
-            assert read.barrier_id == 3
+            assert read.barrier_id == 5  # chapter 8's two barriers
             got = {
                 "region_revenue": sorted(
                     (r["region"], r["revenue"], r["orders"])
@@ -350,7 +353,7 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
                     for r in read.arrow("top_customers").to_pylist()
                 ),
             }
-        assert got == truth[3]
+        assert got == truth[5]
 
         revision = ls.sql(
             "SELECT revised_table, to_barrier, state, first_revised_barrier, "
@@ -362,4 +365,26 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
             "SELECT barrier_id, count(*) FILTER (WHERE expired) AS expired, count(*) AS tables "
             "FROM __META_TABLE_BARRIER GROUP BY barrier_id ORDER BY barrier_id"
         ).to_pylist()
-        assert [tuple(r.values()) for r in expired] == [(1, 5, 5), (2, 0, 5), (3, 0, 5)]
+        assert [tuple(r.values()) for r in expired] == [(1, 5, 5)] + [
+            (b, 0, 5) for b in (2, 3, 4, 5)
+        ]
+        # chapter 8: the consumer printed barriers 4 and 5's changes of region_revenue, which
+        # are those between its snapshots (compared as sets of printed lines)
+        [consumed] = outputs_of(blocks, "python consumer.py")
+        assert sorted(consumed.splitlines()) == sorted(_printed_changes(ls, (4, 5)))
+
+
+def _printed_changes(ls: Any, barriers: tuple[int, ...]) -> list[str]:
+    """consumer.py's lines for ``barriers``, from region_revenue's snapshots."""
+    from lockstep.barrier.log.changelog import changes_between
+
+    def rows(barrier: int) -> list[dict[str, Any]]:
+        version = ls.store.version_as_of("region_revenue", barrier)
+        return ls.iceberg.arrow_at("region_revenue", version.snapshot_id).to_pylist()
+
+    lines = []
+    for b in barriers:
+        for change in changes_between(rows(b - 1), rows(b), key=("region",)):
+            row = change.after or change.before
+            lines.append(f"{b} {change.op} {row['region']} {row['revenue']} {row['orders']}")
+    return lines
