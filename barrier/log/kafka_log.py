@@ -2,7 +2,7 @@
 changes there in one transaction, exactly once.
 
 **Exactly once, by fencing and reading back.** The writer's transactional id is the
-table's (``lockstep-log.<table>``): a new writer (the job's next instance, a restart after a
+topic's (``lockstep-log.<topic>``): a new writer (the job's next instance, a restart after a
 crash) starting on it makes Kafka abort whatever transaction an earlier one had open and
 refuse that one's later commits, as Lockstep fences the earlier job instance. Once started,
 the new writer reads which barrier the log ends at (the last marker every partition has,
@@ -22,7 +22,7 @@ import asyncio
 import gc
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lockstep.barrier.log.changelog import (
@@ -61,6 +61,9 @@ class LogPosition:
 
     barrier: int | None
     end_offsets: dict[int, int]
+    # where ``barrier`` ends in each partition: the offset after its marker (what the
+    # store records, ``report_logged``); empty when the log holds no barrier
+    barrier_ends: dict[int, int] = field(default_factory=dict)
 
 
 class TableLogWriter:
@@ -85,7 +88,8 @@ class TableLogWriter:
         self.table = table
         self.key = tuple(key)
         self.topic = topic or topic_of(table)
-        self.transactional_id = transactional_id or f"lockstep-log.{table}"
+        # the topic's, not the table's: two homes on one broker do not fence each other
+        self.transactional_id = transactional_id or f"lockstep-log.{self.topic}"
         self.job_id = job_id  # the writing job's, for the crash tests' fault points
         self._loop: LoopThread | None = None
         self._producer: Any = None
@@ -128,7 +132,7 @@ class TableLogWriter:
                 f"started after this one, which wrote nothing of barrier {barrier}: stop this "
                 "one (the other writes what the log lacks)"
             ) from e
-        self.position = LogPosition(barrier, ends)
+        self.position = LogPosition(barrier, ends, ends)
         return ends
 
     async def _write(self, barrier: int, records: list[LogRecord]) -> dict[int, int]:
@@ -178,22 +182,27 @@ async def log_position(servers: str, topic: str) -> LogPosition:
         consumer.assign(partitions)
         ends = await consumer.end_offsets(partitions)
         starts = await consumer.beginning_offsets(partitions)
-        last: list[int | None] = []
+        last: dict[int, tuple[int, int] | None] = {}
         for tp in partitions:
-            last.append(await _last_marker(consumer, tp, starts[tp], ends[tp]))
-    known = [b for b in last if b is not None]
+            last[tp.partition] = await _last_marker(consumer, tp, starts[tp], ends[tp])
+    known = [m[0] for m in last.values() if m is not None]
     barrier = min(known) if len(known) == len(last) and known else None
-    return LogPosition(barrier, {tp.partition: ends[tp] for tp in partitions})
+    # the barrier every partition has passed ends after its marker (a partition whose last
+    # marker is later than ``barrier`` has it earlier: its end then is not known here)
+    barrier_ends = {p: m[1] + 1 for p, m in last.items() if m is not None and m[0] == barrier}
+    if len(barrier_ends) != len(last):
+        barrier_ends = {}
+    return LogPosition(barrier, {tp.partition: ends[tp] for tp in partitions}, barrier_ends)
 
 
-async def _last_marker(consumer: Any, tp: Any, start: int, end: int) -> int | None:
-    """The newest marker's barrier in ``tp`` before ``end``: read back from the end in
-    growing windows (a partition's last records are its last barrier's marker, unless a
-    transaction's control record follows)."""
+async def _last_marker(consumer: Any, tp: Any, start: int, end: int) -> tuple[int, int] | None:
+    """The newest marker in ``tp`` before ``end``, (its barrier, its offset): read back from
+    the end in growing windows (a partition's last records are its last barrier's marker,
+    unless a transaction's control record follows)."""
     window = 64
     while True:
         begin = max(start, end - window)
-        found: int | None = None
+        found: tuple[int, int] | None = None
         consumer.seek(tp, begin)
         position, idle = begin, 0
         while position < end and idle < 10:  # (10 empty fetches: the rest is control records)
@@ -203,7 +212,7 @@ async def _last_marker(consumer: Any, tp: Any, start: int, end: int) -> int | No
                     break
                 read = read_record(record.key, record.value, record.headers or ())
                 if read.change is None:
-                    found = read.barrier
+                    found = (read.barrier, record.offset)
             moved = await consumer.position(tp)
             idle = 0 if moved > position else idle + 1
             position = moved

@@ -106,10 +106,11 @@ class LogTier:
             if self._spec.partitions is not None:
                 create_topic(self._spec.servers, writer.topic, self._spec.partitions)
             position = writer.start()
-            if position.barrier is not None and position.end_offsets:
-                # a writer that died between its commit and its report: said now
+            if position.barrier is not None and position.barrier_ends:
+                # a writer that died between its commit and its report: said now (the same
+                # ends again otherwise: the offsets after the barrier's markers)
                 try:
-                    self._logged(position.barrier, table, writer.topic, position.end_offsets)
+                    self._logged(position.barrier, table, writer.topic, position.barrier_ends)
                 except Exception as e:  # readers scan a little more; the log is whole
                     log.warning(
                         "%s: where barrier %d ends in its log was not recorded (%s)",

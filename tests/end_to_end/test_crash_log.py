@@ -55,14 +55,14 @@ def test_checker_flags_a_wrong_or_missing_meta_log_row() -> None:
         return {"barrier_id": barrier, "log_partition": partition, "snapshot_id": snapshot,
                 "end_offset": end}  # fmt: skip
 
-    right = [row(1, 0, 11, 2), row(1, 1, 11, 2), row(2, 0, 12, 5), row(2, 1, 12, 4)]
+    right = [row(1, 0, 11, 2), row(1, 1, 11, 1), row(2, 0, 12, 5), row(2, 1, 12, 3)]
     report = LogReport()
-    check_meta("t", versions, scan, right, report)  # barrier 1 in partition 1: past the
-    assert report.problems == []  # commit's control record, before barrier 2's first record
-    assert (report.meta_wrong, report.meta_past_marker) == (0, 2)
+    check_meta("t", versions, scan, right, report)  # each end: the offset after the marker
+    assert report.problems == []
+    assert report.meta_wrong == 0
     wrong = [row(1, 0, 11, 4), row(1, 1, 11, 2), row(2, 0, 11, 5)]  # barrier 1 ends past
-    check_meta("t", versions, scan, wrong, report)  # barrier 2's first record; barrier 2:
-    assert (report.meta_missing, report.meta_wrong) == (1, 2)  # a partition, its snapshot
+    check_meta("t", versions, scan, wrong, report)  # its markers (the commit record, a
+    assert (report.meta_missing, report.meta_wrong) == (1, 3)  # later barrier); 2: snapshot
 
 
 def test_a_restart_picks_a_log_point_until_each_has_killed_a_process() -> None:

@@ -87,10 +87,16 @@ def test_a_second_writer_fences_the_first_and_its_open_transaction_is_never_read
 ) -> None:
     first = _writer(kafka_bootstrap, topics, "orders", writers)
     first.start()
-    assert first.write(1, _changes(1))
+    ends_1 = first.write(1, _changes(1))
+    assert ends_1
     _open_a_transaction(first, barrier=2)  # the first stops here: sent, not committed
     second = _writer(kafka_bootstrap, topics, "orders", writers)
-    assert second.start().barrier == 1  # its start aborted the first's transaction
+    started = second.start()
+    assert started.barrier == 1  # its start aborted the first's transaction
+    # where barrier 1 ends is read back as written: after its markers, not at the log's end
+    # (which the commit record and the aborted transaction push further)
+    assert started.barrier_ends == ends_1
+    assert all(started.end_offsets[p] > ends_1[p] for p in ends_1)
     with pytest.raises(aiokafka_module().errors.ProducerFenced):
         _commit(first)  # the first, resumed, cannot commit it
     assert not second.write(1, _changes(1))  # the log holds barrier 1: not written twice
