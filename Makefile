@@ -75,7 +75,8 @@ TEST_WORKERS ?= 2
 SIDE_TESTS := tests/end_to_end/test_crash_object_store.py tests/bench/test_bench_storage_smoke.py \
 	tests/service/iceberg/test_vending_jobs.py tests/end_to_end/test_tutorial.py
 EXPIRY_TESTS := tests/service/iceberg/test_vending_expiry.py tests/end_to_end/test_crash_catch_up.py \
-	tests/end_to_end/test_crash_harness.py tests/log/test_log_pipeline.py
+	tests/end_to_end/test_crash_harness.py tests/log/test_log_pipeline.py \
+	tests/end_to_end/test_crash_log.py
 test: $(VENV)/.installed $(DBT_VENV)/.installed $(SPARK4_VENV)/.installed servers lint
 	@$(BIN)/pytest -p no:cacheprovider $(EXPIRY_TESTS) > .expiry-tier.log 2>&1 & expiry=$$!; \
 	( $(SPARK4_VENV)/bin/pytest -p no:cacheprovider $(SPARK4_TESTS); spark4=$$?; \
