@@ -20,8 +20,7 @@ from lockstep.config import TOKEN_ENV, LockstepConfig
 from lockstep.errors import ConfigurationError, LockstepError
 from lockstep.meta_tables.store.base import MetadataStore
 from lockstep.readers.levels import LevelName
-from lockstep.readers.log_stream import from_snapshot, seek_points
-from lockstep.readers.log_stream import stream as log_stream
+from lockstep.readers.log_retention import hybrid
 from lockstep.readers.model import DEFAULT_LEASE_TTL_S, ConsistencyLevel, SnapshotSet
 from lockstep.readers.session import ReadSession
 from lockstep.stores import open_store
@@ -166,45 +165,56 @@ class Lockstep:
         from_barrier: int | None = None,
         topic_prefix: str = TOPIC_PREFIX,
         idle_s: float | None = None,
+        keys: Mapping[str, Sequence[str]] | None = None,
     ) -> Iterator[tuple[int, dict[str, list[Change]]]]:
         """The tables' changes barrier by barrier from their logs (docs/log.md): ``full``,
         their snapshots at the newest barrier ``level`` reads (every row an insert), then
         the logs after it; ``latest``, only what comes after that barrier; ``from-barrier``,
-        the logs from ``from_barrier`` on. ``servers``: Kafka's, else ``$KAFKA_BOOTSTRAP``.
-        ``idle_s``: end when nothing came for that long (None: never)."""
+        the logs from ``from_barrier`` on. Barriers a log no longer keeps (its retention)
+        come from the snapshots, keyed by ``keys`` (else whole-row deletes and inserts).
+        ``servers``: Kafka's, else ``$KAFKA_BOOTSTRAP``. ``idle_s``: end when nothing came
+        for that long (None: never)."""
         names = _table_list(tables)
         servers = bootstrap_servers(servers)
-        topics = {t: topic_of(t, topic_prefix) for t in names}
+        first = None
         if scan == "from-barrier":
             if from_barrier is None:
                 raise ConfigurationError("scan='from-barrier' needs from_barrier=B")
             after = from_barrier - 1
-            seek = seek_points(self.store.query_meta, names, after)
-            return log_stream(servers, names, after=after, topics=topics, idle_s=idle_s, seek=seek)
-        if scan not in ("full", "latest"):
+        elif scan in ("full", "latest"):
+            start = self.resolve(names, level)
+            if start.barrier_id is None:
+                raise ConfigurationError(
+                    f"{level} gives the tables no common barrier to start a stream at: use "
+                    "read_committed or repeatable_read"
+                )
+            after = start.barrier_id
+            if scan == "full":
+                first = (
+                    after,
+                    {t: _inserts(self._rows_at(t, s)) for t, s in start.snapshots.items()},
+                )
+        else:
             raise ConfigurationError(f"scan={scan!r}: use 'full', 'latest' or 'from-barrier'")
-        start = self.resolve(names, level)
-        if start.barrier_id is None:
-            raise ConfigurationError(
-                f"{level} gives the tables no common barrier to start a stream at: use "
-                "read_committed or repeatable_read"
-            )
-        rows = None
-        if scan == "full":
-            rows = {
-                t: [] if sid is None else self.iceberg.arrow_at(t, sid).to_pylist()
-                for t, sid in start.snapshots.items()
-            }
-        seek = seek_points(self.store.query_meta, names, start.barrier_id)
-        return from_snapshot(
+        return hybrid(
             servers,
             names,
-            barrier=start.barrier_id,
-            rows=rows,
-            topics=topics,
+            after=after,
+            first=first,
+            topics={t: topic_of(t, topic_prefix) for t in names},
+            query_meta=self.store.query_meta,
+            version_at=self.store.version_as_of,
+            rows_at=self._rows_at,
+            keys=keys or {},
             idle_s=idle_s,
-            seek=seek,
         )
+
+    def _rows_at(self, table: str, snapshot_id: int | None) -> list[dict[str, Any]]:
+        """A table's rows at a snapshot (None: none), read by pyiceberg."""
+        if snapshot_id is None:
+            return []
+        rows: list[dict[str, Any]] = self.iceberg.arrow_at(table, snapshot_id).to_pylist()
+        return rows
 
     # -- Iceberg and Spark ------------------------------------------------------------------
 
@@ -368,3 +378,8 @@ def connect(
         strict_reads=strict_reads,
     )
     return Lockstep(store, config)
+
+
+def _inserts(rows: Iterable[Mapping[str, Any]]) -> list[Change]:
+    """A snapshot's rows as a stream's first batch: every row an insert."""
+    return [Change("c", None, dict(row)) for row in rows]

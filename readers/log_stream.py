@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from lockstep.barrier.log.changelog import Change, read_record
 from lockstep.barrier.log.kafka_log import topic_of
 from lockstep.barrier.sources.kafka.client import LoopThread, open_consumer, partitions_of
+from lockstep.errors import LockstepError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -97,11 +98,20 @@ def _read(
         table: _TableLog({tp.partition for tp in tps if tp.topic == topic})
         for table, topic in topic_by_table.items()
     }
+    starts = loop.run(consumer.beginning_offsets(tps)) if seek else {}
     for tp in tps:  # a known barrier's end: its partitions have passed that barrier
         table = table_by_topic[tp.topic]
         barrier, ends = seek.get(table, (None, {}))
         if barrier is not None and tp.partition in ends:
-            consumer.seek(tp, ends[tp.partition])
+            end = ends[tp.partition]
+            if starts[tp] > end + 1:  # (end + 1: the commit record after it, no data)
+                raise LockstepError(
+                    f"the log of {table!r} no longer holds what follows barrier {barrier} "
+                    f"(partition {tp.partition} begins at {starts[tp]}, the barrier ends at "
+                    f"{end}): read it with Lockstep.stream, which takes those barriers from "
+                    "the file store"
+                )
+            consumer.seek(tp, max(end, starts[tp]))
             logs[table].markers[tp.partition] = barrier
     seen: set[int] = set()
     done = after if after is not None else -1
@@ -155,22 +165,3 @@ def seek_points(
         _, ends = found.setdefault(row["table_name"], (row["barrier_id"], {}))
         ends[row["log_partition"]] = row["end_offset"]
     return found
-
-
-def from_snapshot(
-    servers: str,
-    tables: Sequence[str],
-    *,
-    barrier: int,
-    rows: Mapping[str, Iterable[Mapping[str, Any]]] | None,
-    topics: Mapping[str, str] | None = None,
-    idle_s: float | None = None,
-    seek: Seek | None = None,
-) -> Iterator[Batch]:
-    """A stream that starts at ``barrier``: with ``rows`` (the tables' snapshots at it, a
-    ``full`` scan), first ``(barrier, every row as an insert)``; then the logs' barriers
-    after it. No gap and no duplicate: the snapshot holds every change up to ``barrier``
-    and the log's next barrier holds the changes from that snapshot on."""
-    if rows is not None:
-        yield barrier, {t: [Change("c", None, dict(r)) for r in rows.get(t, ())] for t in tables}
-    yield from stream(servers, tables, after=barrier, topics=topics, idle_s=idle_s, seek=seek)

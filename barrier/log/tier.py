@@ -48,6 +48,9 @@ class JobLog:
     # (replication factor 1, for trying it out; create production topics yourself); None:
     # a missing topic is an error
     partitions: int | None = 1
+    # the log's retention (Kafka's retention.ms) for the topics created here (a topic that
+    # exists keeps its own settings): older barriers are read from the file store
+    retention_ms: int | None = None
 
     def open(
         self,
@@ -104,7 +107,11 @@ class LogTier:
         (the barriers the job has published, oldest first)."""
         for table, writer in self._writers.items():
             if self._spec.partitions is not None:
-                create_topic(self._spec.servers, writer.topic, self._spec.partitions)
+                retention = self._spec.retention_ms
+                configs = {} if retention is None else {"retention.ms": str(retention)}
+                create_topic(
+                    self._spec.servers, writer.topic, self._spec.partitions, configs=configs
+                )
             position = writer.start()
             if position.barrier is not None and position.barrier_ends:
                 # a writer that died between its commit and its report: said now (the same

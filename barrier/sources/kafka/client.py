@@ -185,9 +185,16 @@ def produce(
 
 
 def create_topic(
-    servers: str, topic: str, partitions: int, *, exist_ok: bool = True, **options: Any
+    servers: str,
+    topic: str,
+    partitions: int,
+    *,
+    exist_ok: bool = True,
+    configs: Mapping[str, str] | None = None,
+    **options: Any,
 ) -> None:
-    """Create a topic with ``partitions`` partitions (replication factor 1)."""
+    """Create a topic with ``partitions`` partitions (replication factor 1) and the topic
+    ``configs`` given (e.g. ``retention.ms``)."""
 
     async def create() -> None:
         aiokafka = aiokafka_module()
@@ -196,7 +203,8 @@ def create_topic(
         admin = AIOKafkaAdminClient(bootstrap_servers=servers, **options)
         await admin.start()
         try:
-            await admin.create_topics([NewTopic(topic, partitions, 1)])
+            new = NewTopic(topic, partitions, 1, topic_configs=dict(configs or {}))
+            await admin.create_topics([new])
         except aiokafka.errors.TopicAlreadyExistsError:
             if not exist_ok:
                 raise
