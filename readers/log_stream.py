@@ -42,10 +42,14 @@ Seek = Mapping[str, tuple[int, Mapping[int, int]]]
 
 @dataclass
 class _TableLog:
-    """What has been read of one table's log: changes by barrier, markers by partition."""
+    """What has been read of one table's log: changes by barrier and partition, markers by
+    partition."""
 
     partitions: set[int]
-    changes: dict[int, list[Change]] = field(default_factory=lambda: defaultdict(list))
+    # barrier -> partition -> changes (a reset in a partition drops that partition's)
+    changes: dict[int, dict[int, list[Change]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )
     markers: dict[int, int] = field(default_factory=dict)  # partition -> last marker
 
     def complete(self) -> int | None:
@@ -53,6 +57,17 @@ class _TableLog:
         if set(self.markers) != self.partitions:
             return None
         return min(self.markers.values())
+
+    def reset(self, partition: int, barrier: int) -> None:
+        """An eventual log's reset: the partition's changes after ``barrier`` were never
+        published."""
+        for later, by_partition in self.changes.items():
+            if later > barrier:
+                by_partition.pop(partition, None)
+
+    def pop(self, barrier: int) -> list[Change]:
+        by_partition = self.changes.pop(barrier, {})
+        return [c for p in sorted(by_partition) for c in by_partition[p]]
 
 
 def stream(
@@ -122,17 +137,19 @@ def _read(
             log = logs[table_by_topic[tp.topic]]
             for record in records:
                 read = read_record(record.key, record.value, record.headers or ())
-                if read.change is None:
+                if read.reset:
+                    log.reset(tp.partition, read.barrier)
+                elif read.change is None:
                     log.markers[tp.partition] = read.barrier
                     seen.add(read.barrier)
                 elif read.barrier > done:
-                    log.changes[read.barrier].append(read.change)
+                    log.changes[read.barrier][tp.partition].append(read.change)
                 last_record = time.monotonic()
         complete = [log.complete() for log in logs.values()]
         if all(c is not None for c in complete):
             upto = min(c for c in complete if c is not None)
             for barrier in sorted(b for b in seen if done < b <= upto):
-                yield barrier, {t: log.changes.pop(barrier, []) for t, log in logs.items()}
+                yield barrier, {t: log.pop(barrier) for t, log in logs.items()}
             done = max(done, upto)
         if idle_s is not None and time.monotonic() - last_record >= idle_s:
             return

@@ -355,7 +355,7 @@ def scan_log(servers: str, topic: str) -> LogScan:
                     for r in batch:
                         read = read_record(r.key, r.value, r.headers or ())
                         records[tp.partition].append((r.offset, read.barrier))
-                        if read.change is None:
+                        if read.change is None and not read.reset:
                             markers[tp.partition].append((r.offset, read.barrier))
             raise RuntimeError(f"{topic}: read short of its end offsets {ends}")
 

@@ -39,6 +39,7 @@ from lockstep.errors import LockstepError
 
 Row = Mapping[str, Any]
 MARKER_KEY = b"__lockstep.barrier__"
+RESET_KEY = b"__lockstep.reset__"  # eventual logs: drop what follows barrier B's marker
 BARRIER_HEADER = "lockstep.barrier"
 TABLE_HEADER = "lockstep.table"
 OPS = ("c", "u", "d", "r")
@@ -153,6 +154,12 @@ def marker_record(*, table: str, barrier: int) -> LogRecord:
     return LogRecord(MARKER_KEY, None, _headers(table, barrier))
 
 
+def reset_record(*, table: str, barrier: int) -> LogRecord:
+    """An ``eventual`` log's reset in a partition: the changes after ``barrier``'s marker
+    were a failed attempt's (never published); drop them, ``barrier`` is the last one."""
+    return LogRecord(RESET_KEY, None, _headers(table, barrier))
+
+
 def _headers(table: str, barrier: int) -> tuple[tuple[str, bytes], ...]:
     return ((BARRIER_HEADER, str(barrier).encode()), (TABLE_HEADER, table.encode()))
 
@@ -167,10 +174,12 @@ def _dumps(document: Any) -> bytes:
 
 @dataclass(frozen=True)
 class ReadRecord:
-    """A record read back: a change, or a marker (``change`` None), of ``barrier``."""
+    """A record read back: a change, or a marker (``change`` None), of ``barrier``; or a
+    reset (``reset``: drop the changes after ``barrier``'s marker)."""
 
     barrier: int
     change: Change | None
+    reset: bool = False
 
 
 def read_record(
@@ -182,6 +191,8 @@ def read_record(
         raise ChangelogError(f"a record without the {BARRIER_HEADER} header: not Lockstep's log")
     barrier = int(found[BARRIER_HEADER])
     if value is None:
+        if key == RESET_KEY:
+            return ReadRecord(barrier, None, reset=True)
         if key != MARKER_KEY:
             raise ChangelogError(f"a record with no value and key {key!r}: not a marker")
         return ReadRecord(barrier, None)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from lockstep.barrier.log.changelog import (
     change_record,
     marker_record,
     read_record,
+    reset_record,
 )
 from lockstep.barrier.runtime.faults import fault_point
 from lockstep.barrier.sources.kafka.client import (
@@ -64,6 +65,7 @@ class LogPosition:
     # where ``barrier`` ends in each partition: the offset after its marker (what the
     # store records, ``report_logged``); empty when the log holds no barrier
     barrier_ends: dict[int, int] = field(default_factory=dict)
+    dirty: bool = False  # changes after the last barrier's marker (an eventual attempt)
 
 
 class TableLogWriter:
@@ -95,6 +97,8 @@ class TableLogWriter:
         self._producer: Any = None
         self._partitions: list[int] = []
         self.position: LogPosition | None = None
+        # eventual: (barrier, snapshot) whose changes are written and not yet marked
+        self.pending: tuple[int, int | None] | None = None
 
     def start(self) -> LogPosition:
         """Fence every earlier writer of the table, and read where the log ends."""
@@ -102,6 +106,8 @@ class TableLogWriter:
         self._producer = loop.run(self._start_producer())
         self.position = loop.run(log_position(self.servers, self.topic))
         self._partitions = sorted(self.position.end_offsets)
+        if self.position.dirty:  # an eventual attempt's changes, never published: dropped
+            self.reset()
         return self.position
 
     async def _start_producer(self) -> Any:
@@ -115,34 +121,75 @@ class TableLogWriter:
     def write(self, barrier: int, changes: Iterable[Change]) -> dict[int, int] | None:
         """Write ``barrier``'s changes and a marker per partition, in one transaction, and
         return where the barrier ends in each partition (the offset after its marker); None
-        (and nothing written) when the log holds ``barrier`` already."""
+        (and nothing written) when the log holds ``barrier`` already. An ``eventual``
+        attempt's changes still unmarked are reset first."""
+        if self._held(barrier):
+            return None
+        if self.pending is not None:
+            self.reset()
+        ends = self._send(barrier, self._records(barrier, changes), marker_record)
+        self.position = LogPosition(barrier, ends, ends)
+        return ends
+
+    def write_changes(self, barrier: int, changes: Iterable[Change], snapshot: int | None) -> None:
+        """``eventual``: write ``barrier``'s changes now, before it is published, with no
+        marker (a consumer reading uncommitted sees them at once); :meth:`write_marker` once
+        the snapshot ``snapshot`` is published, :meth:`reset` if it never is."""
+        if self._held(barrier):
+            return
+        if self.pending is not None:
+            self.reset()
+        self._send(barrier, self._records(barrier, changes), None)
+        self.pending = (barrier, snapshot)
+
+    def write_marker(self, barrier: int) -> dict[int, int]:
+        """``eventual``: ``barrier``, whose changes :meth:`write_changes` wrote, is published."""
+        ends = self._send(barrier, [], marker_record)
+        self.position = LogPosition(barrier, ends, ends)
+        self.pending = None
+        return ends
+
+    def reset(self) -> None:
+        """Tell consumers that the changes after the log's last barrier are dropped (an
+        ``eventual`` attempt that was never published): a reset in every partition."""
+        last = self.position.barrier if self.position is not None else None
+        self._send(last or 0, [], reset_record)
+        self.pending = None
+
+    def _held(self, barrier: int) -> bool:
         if self._loop is None or self.position is None:
             raise ChangelogError("start() the log writer before writing")
         last = self.position.barrier
-        if last is not None and barrier <= last:
-            return None
-        records = [
-            change_record(c, table=self.table, barrier=barrier, key=self.key) for c in changes
-        ]
+        return last is not None and barrier <= last
+
+    def _records(self, barrier: int, changes: Iterable[Change]) -> list[LogRecord]:
+        return [change_record(c, table=self.table, barrier=barrier, key=self.key) for c in changes]
+
+    def _send(
+        self, barrier: int, records: list[LogRecord], tail: Callable[..., LogRecord] | None
+    ) -> dict[int, int]:
+        """``records``, then ``tail``'s record (a marker, a reset) in every partition, in one
+        transaction; where each tail record ends, by partition."""
+        assert self._loop is not None
         try:
-            ends = self._loop.run(self._write(barrier, records))
+            return self._loop.run(self._write(barrier, records, tail))
         except aiokafka_module().errors.ProducerFenced as e:
             raise LogFencedError(
                 f"table {self.table!r}: another writer of its log (the job's next instance) "
                 f"started after this one, which wrote nothing of barrier {barrier}: stop this "
                 "one (the other writes what the log lacks)"
             ) from e
-        self.position = LogPosition(barrier, ends, ends)
-        return ends
 
-    async def _write(self, barrier: int, records: list[LogRecord]) -> dict[int, int]:
+    async def _write(
+        self, barrier: int, records: list[LogRecord], tail: Callable[..., LogRecord] | None
+    ) -> dict[int, int]:
         producer = self._producer
-        marker = marker_record(table=self.table, barrier=barrier)
-        markers = [(marker, p) for p in self._partitions]  # one in every partition
+        ends = [] if tail is None else [tail(table=self.table, barrier=barrier)]
+        tails = [(record, p) for record in ends for p in self._partitions]  # every partition
         async with producer.transaction():
             sent = []
             try:
-                for record, partition in [*((r, None) for r in records), *markers]:
+                for record, partition in [*((r, None) for r in records), *tails]:
                     sent.append(
                         await producer.send(
                             self.topic,
@@ -158,8 +205,8 @@ class TableLogWriter:
                 if isinstance(outcome, BaseException):
                     raise outcome
             fault_point("log_sent", barrier, self.job_id)  # prepared, not committed
-        markers_sent: list[Any] = list(outcomes[len(records) :])
-        return {meta.partition: meta.offset + 1 for meta in markers_sent}  # then the commit
+        tails_sent: list[Any] = list(outcomes[len(records) :])
+        return {meta.partition: meta.offset + 1 for meta in tails_sent}  # then the commit
 
     def close(self) -> None:
         """Stop the producer and its loop. A fenced producer leaves failed futures inside
@@ -183,8 +230,10 @@ async def log_position(servers: str, topic: str) -> LogPosition:
         ends = await consumer.end_offsets(partitions)
         starts = await consumer.beginning_offsets(partitions)
         last: dict[int, tuple[int, int] | None] = {}
+        dirty = False
         for tp in partitions:
-            last[tp.partition] = await _last_marker(consumer, tp, starts[tp], ends[tp])
+            last[tp.partition], unmarked = await _last_marker(consumer, tp, starts[tp], ends[tp])
+            dirty = dirty or unmarked
     known = [m[0] for m in last.values() if m is not None]
     barrier = min(known) if len(known) == len(last) and known else None
     # the barrier every partition has passed ends after its marker (a partition whose last
@@ -192,17 +241,22 @@ async def log_position(servers: str, topic: str) -> LogPosition:
     barrier_ends = {p: m[1] + 1 for p, m in last.items() if m is not None and m[0] == barrier}
     if len(barrier_ends) != len(last):
         barrier_ends = {}
-    return LogPosition(barrier, {tp.partition: ends[tp] for tp in partitions}, barrier_ends)
+    offsets = {tp.partition: ends[tp] for tp in partitions}
+    return LogPosition(barrier, offsets, barrier_ends, dirty)
 
 
-async def _last_marker(consumer: Any, tp: Any, start: int, end: int) -> tuple[int, int] | None:
-    """The newest marker in ``tp`` before ``end``, (its barrier, its offset): read back from
-    the end in growing windows (a partition's last records are its last barrier's marker,
-    unless a transaction's control record follows)."""
+async def _last_marker(
+    consumer: Any, tp: Any, start: int, end: int
+) -> tuple[tuple[int, int] | None, bool]:
+    """The newest marker in ``tp`` before ``end``, (its barrier, its offset), and whether
+    changes follow it (an eventual attempt's, not reset): read back from the end in growing
+    windows (a partition's last records are its last barrier's marker, unless a
+    transaction's control record follows)."""
     window = 64
     while True:
         begin = max(start, end - window)
         found: tuple[int, int] | None = None
+        dirty = False
         consumer.seek(tp, begin)
         position, idle = begin, 0
         while position < end and idle < 10:  # (10 empty fetches: the rest is control records)
@@ -211,11 +265,15 @@ async def _last_marker(consumer: Any, tp: Any, start: int, end: int) -> tuple[in
                 if record.offset >= end:
                     break
                 read = read_record(record.key, record.value, record.headers or ())
-                if read.change is None:
-                    found = (read.barrier, record.offset)
+                if read.change is not None:
+                    dirty = True
+                elif not read.reset:
+                    found, dirty = (read.barrier, record.offset), False
+                else:
+                    dirty = False
             moved = await consumer.position(tp)
             idle = 0 if moved > position else idle + 1
             position = moved
         if found is not None or begin == start:
-            return found
+            return found, dirty
         window *= 4

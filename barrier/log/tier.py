@@ -20,9 +20,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from lockstep.barrier.log.changelog import Change, changes_between
+from lockstep.barrier.log.changelog import Change, ChangelogError, changes_between
 from lockstep.barrier.log.kafka_log import TOPIC_PREFIX, TableLogWriter, topic_of
 from lockstep.barrier.model import TableVersion
 from lockstep.barrier.runtime.faults import fault_point
@@ -51,6 +51,15 @@ class JobLog:
     # the log's retention (Kafka's retention.ms) for the topics created here (a topic that
     # exists keeps its own settings): older barriers are read from the file store
     retention_ms: int | None = None
+    # "transactional": a barrier's changes appear whole once it is published; "eventual":
+    # as soon as it is staged (before PROCESSED), marked once published, reset if never
+    consistency: Literal["transactional", "eventual"] = "transactional"
+
+    def __post_init__(self) -> None:
+        if self.consistency not in ("transactional", "eventual"):
+            raise ChangelogError(
+                f"log consistency {self.consistency!r}: use 'transactional' or 'eventual'"
+            )
 
     def open(
         self,
@@ -143,6 +152,30 @@ class LogTier:
                 if last is None or barrier > last:
                     self._write(table, writer, barrier)
 
+    def staged(self, barrier_id: int, snapshots: Mapping[str, int | None]) -> None:
+        """``eventual`` logs: ``barrier_id`` is staged as ``snapshots`` (not yet PROCESSED):
+        its changes from the tables' published versions go out now, unmarked. A write that
+        fails is logged; the barrier's changes then come whole with its marker."""
+        if self._spec.consistency != "eventual":
+            return
+        for table, writer in self._writers.items():
+            if table not in snapshots or self._failed.get(table):
+                continue  # (a table whose earlier barriers wait: those go first, whole)
+            try:
+                previous = self._version_at(table, barrier_id - 1)
+                before = [] if previous is None else self._rows(table, previous.snapshot_id)
+                after = self._rows(table, snapshots[table])
+                changes = changes_between(before, after, key=writer.key)
+                writer.write_changes(barrier_id, changes, snapshots[table])
+            except Exception as e:
+                log.warning(
+                    "%s: barrier %d's changes were not written early (%s); they "
+                    "come with its marker",
+                    table,
+                    barrier_id,
+                    e,
+                )
+
     def written(self, barrier_id: int, versions: Sequence[TableVersion]) -> None:
         """``barrier_id`` is published with ``versions``: write its changes, after those of
         any barrier whose write failed before (the log stays in barrier order)."""
@@ -173,6 +206,11 @@ class LogTier:
         current = self._version_at(table, barrier)
         if current is None or current.barrier_id != barrier:
             return  # the table has no version of this barrier (skipped by a catch-up run)
+        if writer.pending == (barrier, current.snapshot_id):  # eventual: out already
+            marked = writer.write_marker(barrier)
+            fault_point("after_log", barrier, self._job_id)
+            self._logged(barrier, table, writer.topic, marked)
+            return
         previous = self._version_at(table, barrier - 1)
         after = self._rows(table, current.snapshot_id)
         if start and previous is not None:  # history the log does not hold: its state

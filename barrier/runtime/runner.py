@@ -324,6 +324,8 @@ class JobRunner:
                 continue
             fault_point("after_stage", b, job_id)
             staged = self._sinks.staged(b, instance)
+        if self._log is not None:  # an eventual log: the changes go out now
+            self._log.staged(b, staged)
         with span("report_processed"):
             self.session.report_processed(b, staged)
         fault_point("after_processed", b, job_id)

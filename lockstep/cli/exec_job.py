@@ -213,6 +213,8 @@ class ProgramJob:
     def finish(self, barrier_id: int) -> dict[str, int | None]:
         """PROCESSED with the staged heads, one publish of every sink, WRITTEN."""
         staged = self._call("GET", "staged", params={"token": self.session.token})["snapshots"]
+        if self._log is not None:  # an eventual log: the changes go out now
+            self._log.staged(barrier_id, staged)
         self.session.report_processed(barrier_id, staged)
         fault_point("after_processed", barrier_id, self.job_id)
         return self._publish_and_report(barrier_id, staged)
