@@ -1,19 +1,22 @@
 """The log tier (#50): when a barrier's changes reach a log consumer, beside when its
 snapshot is published, and what writing the log costs a job.
 
-Two root jobs on one local Spark (an embedded coordinator: SQLite, a Hadoop warehouse)
-write the same rows each barrier: ``plain`` without a log, ``logged`` with one
-(``Job(log=JobLog(...))``, Apache Kafka: ``--bootstrap``, else one started from
-``tools/_kafka.py``). Each table holds ``--rows`` rows; each barrier a window of them moves
-on (deletes and inserts) and a share changes value (updates). Per barrier, after a warm-up
-barrier, the two jobs run one after the other (the first alternating), each timed; a
-consumer thread (``readers/log_stream.stream``, read_committed) notes when each barrier
-reaches it. Printed, p50 and p99 over the barriers:
+Three root jobs on one local Spark (an embedded coordinator: SQLite, a Hadoop warehouse)
+write the same rows each barrier: ``plain`` without a log, ``logged`` with a transactional
+one (``Job(log=JobLog(...))``, Apache Kafka: ``--bootstrap``, else one started from
+``tools/_kafka.py``) and ``early`` with an eventual one (``consistency="eventual"``). Each
+table holds ``--rows`` rows; each barrier a window of them moves on (deletes and inserts)
+and a share changes value (updates). Per barrier, after a warm-up barrier, the three jobs
+run one after the other (each goes first in turn), each timed; a consumer thread
+(``readers/log_stream.stream``, read_committed) notes when each barrier reaches it, another
+(``readers/log_events.events``) when ``early``'s first change of it does. Printed, p50 and
+p99 over the barriers:
 
-- each job's time a barrier (its step, stage, publish and, for ``logged``, the log), and
-  the difference: what the log costs a job a barrier;
+- each job's time a barrier (its step, stage, publish and its log), and the differences
+  from ``plain``: what each kind of log costs a job a barrier;
 - the snapshot tier's delay (the barrier's issue to ``logged``'s WRITTEN, the store's
-  times) and the log tier's (its issue to the consumer holding its changes).
+  times) and the log tier's (its issue to the consumer holding its changes); for
+  ``early``, its issue to the dirty reader's first change of it and to its own WRITTEN.
 
     .venv/bin/python bench/log_tier.py                 # 20,000 rows, 10 barriers
     .venv/bin/python bench/log_tier.py --quick         # the smoke run: 200 rows, 3 barriers
@@ -42,6 +45,7 @@ from lockstep.barrier.log.tier import JobLog
 from lockstep.barrier.runtime.context import BarrierContext
 from lockstep.barrier.runtime.runner import Job, JobRunner
 from lockstep.barrier.sources.kafka.client import create_topic
+from lockstep.readers.log_events import events
 from lockstep.readers.log_stream import stream
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
@@ -85,56 +89,100 @@ class Arrivals:
             self.failed = e
 
     def wait_for(self, barrier: int, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        while barrier not in self.at:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise SystemExit(
-                    f"barrier {barrier} never reached the log's consumer: {self.failed!r}"
-                )
-            time.sleep(0.01)
+        _wait(self, barrier, timeout_s)
+
+
+class EarlyArrivals:
+    """A dirty reader of the eventual log: when each barrier's first change reached it."""
+
+    def __init__(self, servers: str, table: str) -> None:
+        self.at: dict[int, datetime] = {}
+        self.failed: Exception | None = None
+        self.stop = threading.Event()
+        self._thread = threading.Thread(target=self._consume, args=(servers, table), daemon=True)
+        self._thread.start()
+
+    def _consume(self, servers: str, table: str) -> None:
+        try:
+            for event in events(servers, table, topic=PREFIX + table, stop=self.stop):
+                if event.kind == "changes":
+                    self.at.setdefault(event.barrier, datetime.now(UTC))
+        except Exception as e:  # said by wait_for
+            self.failed = e
+
+    def wait_for(self, barrier: int, timeout_s: float = 120) -> None:
+        _wait(self, barrier, timeout_s)
+
+
+def _wait(consumer: Arrivals | EarlyArrivals, barrier: int, timeout_s: float) -> None:
+    """Until ``barrier`` reached ``consumer`` (a bounded look every 10 ms: its thread has no
+    other signal)."""
+    deadline = time.monotonic() + timeout_s
+    while barrier not in consumer.at:
+        if time.monotonic() > deadline or not consumer._thread.is_alive():
+            raise SystemExit(
+                f"barrier {barrier} never reached the log's consumer: {consumer.failed!r}"
+            )
+        time.sleep(0.01)
 
 
 def run(ls: Any, servers: str, args: argparse.Namespace) -> dict[str, Any]:
     spark = ls.spark()
     create_topic(servers, PREFIX + "logged", 3)
-    log = JobLog(servers, keys={"logged": ("id",)}, topic_prefix=PREFIX)
+    create_topic(servers, PREFIX + "early", 3)
+    keys = {"logged": ("id",), "early": ("id",)}
+    log = JobLog(servers, keys=keys, topic_prefix=PREFIX)
+    eventual = JobLog(servers, keys=keys, topic_prefix=PREFIX, consistency="eventual")
     shift = max(1, args.rows // 100)
     runners = {
         name: JobRunner(
             ls.store, rows_job(name, args.rows, shift, job_log), spark.newSession(), ls.iceberg
         )
-        for name, job_log in (("plain", None), ("logged", log))
+        for name, job_log in (("plain", None), ("logged", log), ("early", eventual))
     }
     for runner in runners.values():
         runner.start()  # registered before the first barrier, which they then take
     arrivals = Arrivals(servers, "logged")
+    early = EarlyArrivals(servers, "early")
     times: dict[str, list[float]] = {name: [] for name in runners}
     issued: dict[int, datetime] = {}
     for round_ in range(args.barriers + 1):  # the first warms up
         barrier = ls.issue_barrier()
-        order = list(runners) if round_ % 2 else list(reversed(runners))
+        order = list(runners)[round_ % 3 :] + list(runners)[: round_ % 3]  # each goes first
         for name in order:
             started = time.perf_counter()
             assert runners[name].run(until_idle=True) == 1
             if round_ > 0:
                 times[name].append(time.perf_counter() - started)
         arrivals.wait_for(barrier.barrier_id)
+        early.wait_for(barrier.barrier_id)
         if round_ > 0:
             issued[barrier.barrier_id] = barrier.ts
         say(f"barrier {barrier.barrier_id}: {arrivals.changes[barrier.barrier_id]} changes")
     arrivals.stop.set()
+    early.stop.set()
     for runner in runners.values():
         runner.close()
     written = {p.barrier_id: p.written_at for p in ls.store.job_progress("load_logged")}
     snapshot = [(written[b] - ts).total_seconds() for b, ts in issued.items()]  # type: ignore[operator]
     logged = [(arrivals.at[b] - ts).total_seconds() for b, ts in issued.items()]
+    dirty = [(early.at[b] - ts).total_seconds() for b, ts in issued.items()]
+    early_written = {p.barrier_id: p.written_at for p in ls.store.job_progress("load_early")}
+    early_snapshot = [(early_written[b] - ts).total_seconds() for b, ts in issued.items()]  # type: ignore[operator]
     cost = [a - b for a, b in zip(times["logged"], times["plain"], strict=True)]
+    early_cost = [a - b for a, b in zip(times["early"], times["plain"], strict=True)]
     changes = [arrivals.changes[b] for b in issued]
     return {
         "settings": {"rows": args.rows, "barriers": args.barriers, "shift": shift},
         "job_s": {name: _percentiles(values) for name, values in times.items()},
         "log_cost_s": _percentiles(cost),
-        "delay_s": {"snapshot": _percentiles(snapshot), "log": _percentiles(logged)},
+        "eventual_cost_s": _percentiles(early_cost),
+        "delay_s": {
+            "snapshot": _percentiles(snapshot),
+            "log": _percentiles(logged),
+            "eventual": _percentiles(dirty),
+            "eventual_snapshot": _percentiles(early_snapshot),
+        },
         "changes_per_barrier": statistics.median(changes),
         "machine": machine(),
     }
@@ -168,6 +216,14 @@ def report(figures: dict[str, Any]) -> str:
     rows.append(("the log's cost to the job", *figures["log_cost_s"].values()))
     rows.append(("delay: issue -> snapshot (WRITTEN)", *figures["delay_s"]["snapshot"].values()))
     rows.append(("delay: issue -> log consumer", *figures["delay_s"]["log"].values()))
+    rows.append(("the eventual log's cost to the job", *figures["eventual_cost_s"].values()))
+    rows.append(("delay: issue -> eventual log reader", *figures["delay_s"]["eventual"].values()))
+    rows.append(
+        (
+            "delay: issue -> its snapshot (WRITTEN)",
+            *figures["delay_s"]["eventual_snapshot"].values(),
+        )
+    )
     settings = figures["settings"]
     return (
         format_rows(("seconds", "p50", "p99"), [(n, f"{a:.3f}", f"{b:.3f}") for n, a, b in rows])

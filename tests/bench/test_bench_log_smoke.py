@@ -25,8 +25,9 @@ def test_the_log_benchmark_times_both_tiers(tmp_path: Path, kafka_bootstrap: str
     figures, printed = benchmark_figures(tmp_path, "log_tier.py", "--bootstrap", kafka_bootstrap)
     assert figures["settings"] == {"rows": 200, "barriers": 3, "shift": 2}
     assert figures["changes_per_barrier"] > 0
-    for name in ("plain", "logged"):
+    for name in ("plain", "logged", "early"):
         assert 0 < figures["job_s"][name]["p50"] <= figures["job_s"][name]["p99"]
-    for tier in ("snapshot", "log"):
+    for tier in ("snapshot", "log", "eventual", "eventual_snapshot"):
         assert 0 < figures["delay_s"][tier]["p50"] <= figures["delay_s"][tier]["p99"]
     assert "delay: issue -> log consumer" in printed
+    assert "delay: issue -> eventual log reader" in printed
