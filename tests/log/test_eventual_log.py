@@ -114,9 +114,11 @@ def test_a_job_instance_fenced_after_staging_has_its_early_changes_reset(
     seen = list(events(kafka_bootstrap, "orders", topic=topic, idle_s=3))
     ghost = [e for e in seen if e.kind == "changes" and any(_id(c) == 99 for c in e.changes)]
     assert len(ghost) == 1  # read dirty once...
-    after_ghost = seen[seen.index(ghost[0]) :]
-    assert [e.kind for e in after_ghost if e.kind != "changes"] == ["reset", "published"]
-    assert next(e for e in after_ghost if e.kind == "reset").barrier == 1  # ...then undone
+    after_ghost = [(e.kind, e.barrier) for e in seen[seen.index(ghost[0]) :]]
+    said = [event for event in after_ghost if event[0] != "changes"]
+    assert said[-2:] == [("reset", 1), ("published", 2)]  # ...then undone back to 1
+    # (barrier 1 may be said published after the ghost: partitions interleave)
+    assert set(said[:-2]) <= {("published", 1)}
 
 
 def _rows_at(ls: Lockstep, barrier: int) -> list[dict[str, Any]]:
